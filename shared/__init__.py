@@ -1,0 +1,1 @@
+"""Framework-neutral code of cvae-rosetta, written once for every implementation."""

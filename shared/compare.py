@@ -1,0 +1,122 @@
+"""``cvae compare``: every implementation trained side by side from one canonical initialisation.
+
+The initial parameters are drawn once (by the reference implementation, from the run's init key)
+and handed to each implementation through ``from_canonical``; every implementation then sees the
+same batches in the same order and the same step keys. Whatever differs at the end is the
+frameworks' arithmetic, which the table reports as the largest parameter difference from the
+reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from shared import canonical, images, protocol
+from shared.config import Config
+from shared.data import Dataset
+from shared.run import MetricsLog, curves_of, save_config, summary_table, write_json, write_pictures
+from shared.trainer import RunKeys, train
+
+REFERENCE = "pure_jax"
+
+COLUMNS = [
+    ("impl", "impl", "{}"),
+    ("train_loss", "train loss", "{:.3f}"),
+    ("test_loss", "test loss", "{:.3f}"),
+    ("test_recon", "test recon", "{:.3f}"),
+    ("test_kl", "test kl", "{:.3f}"),
+    ("steps_per_second", "steps/s", "{:.0f}"),
+    ("compile_seconds", "compile s", "{:.2f}"),
+    ("max_param_diff", "max |dparam|", "{:.2e}"),
+]
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    row: dict[str, Any]
+    records: list[dict[str, Any]]
+    params: canonical.Canonical
+
+
+def installed_names() -> list[str]:
+    return [info.name for info in protocol.known() if info.installed]
+
+
+def run(
+    names: list[str], config: Config, dataset: Dataset, out: Path, *, progress: bool = True
+) -> list[dict[str, Any]]:
+    """Train each implementation in ``names`` into ``out/<name>/``; write the combined outputs."""
+    impls = {name: protocol.load(name) for name in names}  # every name resolves before any work
+    keys = RunKeys.from_seed(config.train.seed)
+    reference = protocol.load(REFERENCE)
+    initial = reference.to_canonical(reference.init(keys.init, config))
+    save_config(out, config, command="compare", impls=names)
+
+    outcomes = []
+    for name, impl in impls.items():
+        run_dir = out / name
+        run_dir.mkdir()
+        log = MetricsLog(run_dir / "metrics.jsonl")
+        try:
+            result = train(
+                impl,
+                impl.from_canonical(initial, config),
+                config,
+                dataset,
+                keys,
+                on_record=log,
+                progress=progress,
+                desc=name,
+            )
+        finally:
+            log.close()
+        write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
+        final = result.final()
+        row = {
+            "impl": name,
+            "train_loss": final["train_loss"],
+            **{k: final[k] for k in ("test_loss", "test_recon", "test_kl")},
+            "steps_per_second": result.steps_per_second,
+            "compile_seconds": result.compile_seconds,
+        }
+        outcomes.append(Outcome(name, row, result.records, impl.to_canonical(result.state)))
+
+    base = next((o for o in outcomes if o.name == REFERENCE), outcomes[0])
+    for o in outcomes:
+        o.row["max_param_diff"] = canonical.max_abs_difference(o.params, base.params)
+        o.row["reference"] = base.name
+    rows = [o.row for o in outcomes]
+
+    curves = {o.name: curves_of(o.records) for o in outcomes}
+    images.metric_panels(
+        curves,
+        out / "curves.png",
+        title=f"{dataset.name}: {len(rows)} implementations, same initial parameters, same keys",
+    )
+    images.combine_side_by_side(
+        [out / o.name / "samples.png" for o in outcomes],
+        [o.name for o in outcomes],
+        out / "samples.png",
+    )
+    write_json(out / "summary.json", {"rows": rows, "reference": base.name})
+    (out / "summary.md").write_text(markdown_table(rows) + "\n")
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    header = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = [
+        "| "
+        + " | ".join(fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in COLUMNS)
+        + " |"
+        for r in rows
+    ]
+    return "\n".join([header, rule, *body])
+
+
+def text_table(rows: list[dict[str, Any]]) -> str:
+    return summary_table(rows, COLUMNS)

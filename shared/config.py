@@ -1,0 +1,223 @@
+"""Configuration: frozen, hashable dataclasses, validated on construction.
+
+``Config.model``, ``Config.loss`` and ``Config.optim`` are SPEC sections 1, 4 and 5; ``Config.data``
+and ``Config.train`` describe a run. Every field is checked in ``__post_init__``; a bad value raises
+:class:`~shared.errors.ConfigError` naming the field, the expected and the given value. Configs are
+hashable, so they travel inside a train state as static pytree metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from shared.errors import ConfigError, field_error
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
+LOSS_KINDS = ("bernoulli", "mse")
+DATA_SETS = ("digits", "mnist", "fashion_mnist", "synthetic")
+REMAINDERS = ("drop", "pad")
+
+
+def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise field_error(ConfigError, f"{section}.{name}", f"an integer >= {minimum}", value)
+    return int(value)
+
+
+def _float(section: str, name: str, value: Any, *, positive: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > 0 if positive else value >= 0)
+    if not ok:
+        expected = "a finite number > 0" if positive else "a finite number >= 0"
+        raise field_error(ConfigError, f"{section}.{name}", expected, value)
+    return float(value)
+
+
+def _choice(section: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise field_error(ConfigError, f"{section}.{name}", f"one of {', '.join(choices)}", value)
+    return value
+
+
+def _dims(section: str, name: str, value: Any, *, allow_empty: bool) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise field_error(ConfigError, f"{section}.{name}", "a sequence of integers >= 1", value)
+    if not value and not allow_empty:
+        raise field_error(ConfigError, f"{section}.{name}", "at least one width", value)
+    return tuple(_int(section, f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
+
+
+class _Section:
+    """Shared behaviour of the config sections: dict round trip and ``replace``."""
+
+    _section: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        if not isinstance(data, Mapping):
+            raise field_error(ConfigError, cls._section, "a mapping of fields", data)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"{cls._section}: unknown field(s) {', '.join(unknown)}; "
+                f"known fields are {', '.join(sorted(names))}"
+            )
+        return cls(**data)
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(_Section):
+    """SPEC section 1."""
+
+    _section = "model"
+    input_dim: int = 784
+    num_classes: int = 10
+    latent_dim: int = 32
+    encoder_dims: tuple[int, ...] = (256, 128, 64)
+    decoder_dims: tuple[int, ...] = (128, 256)
+    compute_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _set(self, "input_dim", _int("model", "input_dim", self.input_dim))
+        _set(self, "num_classes", _int("model", "num_classes", self.num_classes))
+        _set(self, "latent_dim", _int("model", "latent_dim", self.latent_dim))
+        enc = _dims("model", "encoder_dims", self.encoder_dims, allow_empty=False)
+        _set(self, "encoder_dims", enc)
+        _set(
+            self,
+            "decoder_dims",
+            _dims("model", "decoder_dims", self.decoder_dims, allow_empty=True),
+        )
+        _choice("model", "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig(_Section):
+    """SPEC section 4."""
+
+    _section = "loss"
+    kind: str = "bernoulli"
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        _choice("loss", "kind", self.kind, LOSS_KINDS)
+        _set(self, "beta", _float("loss", "beta", self.beta, positive=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig(_Section):
+    """SPEC section 5."""
+
+    _section = "optim"
+    learning_rate: float = 1e-3
+    clip_norm: float = 1.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        lr = _float("optim", "learning_rate", self.learning_rate, positive=True)
+        _set(self, "learning_rate", lr)
+        _set(self, "clip_norm", _float("optim", "clip_norm", self.clip_norm, positive=True))
+        wd = _float("optim", "weight_decay", self.weight_decay, positive=False)
+        _set(self, "weight_decay", wd)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(_Section):
+    """Which data set, where its files are, and how it is cut into batches.
+
+    ``remainder`` says what happens to the examples left over when the training split is not a
+    multiple of ``batch_size``: ``drop`` leaves them out of this epoch (the per-epoch shuffle brings
+    them back in later epochs), ``pad`` fills the last batch with examples from the start of the
+    epoch's permutation, so every example is seen at least once per epoch. Either way every batch
+    has the same shape, so the step compiles once.
+    """
+
+    _section = "data"
+    name: str = "digits"
+    data_dir: str | None = None
+    batch_size: int = 64
+    remainder: str = "drop"
+
+    def __post_init__(self) -> None:
+        _choice("data", "name", self.name, DATA_SETS)
+        if self.data_dir is not None and not isinstance(self.data_dir, str):
+            raise field_error(ConfigError, "data.data_dir", "a directory path", self.data_dir)
+        _set(self, "batch_size", _int("data", "batch_size", self.batch_size))
+        _choice("data", "remainder", self.remainder, REMAINDERS)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(_Section):
+    """How long to train and from which seed."""
+
+    _section = "train"
+    epochs: int = 30
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _set(self, "epochs", _int("train", "epochs", self.epochs))
+        _set(self, "seed", _int("train", "seed", self.seed, minimum=0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration of a run (what ``config.json`` records)."""
+
+    model: ModelConfig = ModelConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, f.default.__class__):
+                expected = f"a {f.default.__class__.__name__}"
+                raise field_error(ConfigError, f.name, expected, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name).to_dict() for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+        if not isinstance(data, Mapping):
+            raise field_error(ConfigError, "config", "a mapping of sections", data)
+        sections = {f.name: f.default.__class__ for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(sections))
+        if unknown:
+            raise ConfigError(
+                f"config: unknown section(s) {', '.join(unknown)}; "
+                f"known sections are {', '.join(sections)}"
+            )
+        return cls(**{name: sections[name].from_dict(data[name]) for name in data})
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "loss": LossConfig,
+    "optim": OptimConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+}

@@ -1,0 +1,55 @@
+"""The project's error types.
+
+Every refusal of bad input raises a :class:`CvaeError` whose message names the field, what was
+expected and what was given. The CLI prints such errors as one line and exits with status 2; any
+other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CvaeError(Exception):
+    """Base class of every error the project raises on purpose."""
+
+
+class ConfigError(CvaeError, ValueError):
+    """A configuration field holds a value the spec does not allow."""
+
+
+class InputError(CvaeError, ValueError):
+    """A batch or an array does not meet SPEC section 7."""
+
+
+class DataError(CvaeError):
+    """A data set cannot be found or read."""
+
+
+class ImplementationNotFound(CvaeError, LookupError):
+    """No implementation answers to the requested name."""
+
+
+class ParameterError(CvaeError, ValueError):
+    """A parameter tree does not have the canonical structure of SPEC section 2."""
+
+
+class OutputError(CvaeError):
+    """An output directory cannot be used."""
+
+
+def describe(value: Any) -> str:
+    """A short, readable description of ``value`` for error messages."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"an array of shape {tuple(shape)} and dtype {dtype}"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def field_error(cls: type[CvaeError], field: str, expected: str, value: Any) -> CvaeError:
+    """``cls("<field>: expected <expected>, got <value>")``: the one message format."""
+    return cls(f"{field}: expected {expected}, got {describe(value)}")

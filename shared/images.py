@@ -1,0 +1,621 @@
+"""Pictures as PNG files: sample and reconstruction grids, loss curves, side-by-side figures.
+
+Every function takes plain numpy arrays or Python numbers (convert jax arrays with ``np.asarray``
+first), writes one PNG and returns its path. Writes are atomic: the picture goes to a temporary file
+in the target's directory, which is then renamed over the target with ``os.replace``, so an
+interrupted write leaves either the old file or the new one, never half of one. Missing parent
+directories are created.
+
+Grids are drawn with Pillow as RGB PNGs. Pixel values are floats (any floating dtype, bfloat16
+included) in [0, 1], 0 black and 1 white, rounded to 8-bit grey; values outside [0, 1] are
+clipped, non-finite values (NaN, inf) raise, as do integer arrays (a 0-255 image would otherwise
+come out all white). Cells are upscaled by an integer factor with
+nearest-neighbour repetition, so pixels stay crisp. A grid of ``rows`` x ``cols`` cells of an
+``(H, W)`` image at factor ``s`` is exactly::
+
+    width  = label_width + cols * W * s + (cols + 1) * GAP
+    height = top + rows * H * s + (rows + 1) * GAP
+
+where ``top`` is :data:`TITLE_HEIGHT` with a title and 0 without, and ``label_width`` is
+:data:`LABEL_WIDTH` unless a row label needs more (then its text width plus twice
+:data:`LABEL_PAD`). The cell in row ``r``, column ``c`` has its top-left pixel at
+``(label_width + GAP + c * (W * s + GAP), top + GAP + r * (H * s + GAP))``.
+:func:`reconstruction_grid` also puts :data:`GROUP_GAP` between its row pairs. A title wider than
+the grid widens the picture (the cells keep their places). Gaps, label column and empty cells are
+:data:`BACKGROUND` grey.
+
+Curves are drawn with matplotlib through ``matplotlib.figure.Figure`` and the Agg canvas directly,
+never through ``pyplot``, so a caller's pyplot state and backend are left alone. matplotlib is
+imported only when a curve is drawn.
+
+Bad input raises :class:`~shared.errors.InputError` (a ``ValueError``) naming the argument, what was
+expected and what was given.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
+
+from shared.errors import InputError, field_error
+
+GAP = 2
+"""Pixels between neighbouring grid cells and around the cell block."""
+GROUP_GAP = 8
+"""Extra pixels between the original/reconstruction row pairs of :func:`reconstruction_grid`."""
+LABEL_WIDTH = 48
+"""Minimum width in pixels of the row-label column of a grid."""
+LABEL_PAD = 4
+"""Pixels between a row label and its first cell, and at the label column's left edge."""
+TITLE_HEIGHT = 24
+"""Height in pixels of the title band at the top of a grid or combined figure."""
+CAPTION_HEIGHT = 24
+"""Height in pixels of the caption band above each picture in :func:`combine_side_by_side`."""
+COMBINE_PAD = 8
+"""Pixels between (and around) the pictures of :func:`combine_side_by_side`."""
+TARGET_CELL = 80
+"""Cell size in pixels that :func:`default_scale` aims for."""
+FONT_SIZE = 14
+"""Size of PIL's default font for labels, titles and captions (where FreeType is available)."""
+
+BACKGROUND = (200, 200, 200)
+"""Colour of a grid's gaps, label column, title band and empty cells (light grey, so both black
+and white cells stand out)."""
+TEXT = (0, 0, 0)
+COMBINE_BACKGROUND = (255, 255, 255)
+
+CURVE_DPI = 100
+"""Dots per inch of curve figures; a figure's pixel size is its size in inches times this."""
+PANEL_SIZE = (4.8, 3.6)
+"""Width and height in inches of one axes panel of a curve figure."""
+LEGEND_WIDTH = 2.0
+"""Extra figure width in inches for the legend, right of the panels."""
+PANELS_PER_ROW = 3
+"""Curve panels per row of a :func:`metric_panels` figure."""
+MARKER_MAX_POINTS = 25
+"""Series with at most this many points are drawn with markers as well as lines."""
+
+_OTHER_STYLES: tuple[Any, ...] = (":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
+_KIND_PREFIX = re.compile(r"^(?:train|test)(?:ing)?[\s_/:.\-]*", re.IGNORECASE)
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def _atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+    """Call ``write`` on a temporary file next to ``path``, then rename it over ``path``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open with mode 0o666 honours the umask, unlike tempfile's private 0o600.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _save_image(image: Image.Image, path: str | os.PathLike[str]) -> Path:
+    return _atomic_write(path, lambda handle: image.save(handle, format="PNG"))
+
+
+# -- checking ------------------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_image_shape(image_shape: Any) -> tuple[int, int]:
+    ok = isinstance(image_shape, (tuple, list)) and len(image_shape) == 2
+    ok = ok and all(_is_int(v) and v >= 1 for v in image_shape)
+    if not ok:
+        raise field_error(InputError, "image_shape", "a pair of integers (H, W) >= 1", image_shape)
+    return int(image_shape[0]), int(image_shape[1])
+
+
+def _check_title(title: Any) -> str | None:
+    if title is not None and not isinstance(title, str):
+        raise field_error(InputError, "title", "a string or None", title)
+    return title or None
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise field_error(InputError, name, "an integer >= 1", value)
+    return int(value)
+
+
+def _check_images(name: str, images: Any, image_shape: tuple[int, int]) -> np.ndarray:
+    """``images`` (``[N, H*W]`` or ``[N, H, W]``) as float64 ``[N, H, W]`` clipped to [0, 1]."""
+    h, w = image_shape
+    array = np.asarray(images)
+    floating = np.issubdtype(array.dtype, np.floating) or array.dtype.name.startswith(
+        ("bfloat16", "float8")
+    )
+    if not floating:
+        raise InputError(
+            f"{name}: expected a floating array with values in [0, 1], got dtype {array.dtype}"
+        )
+    if array.ndim == 2 and array.shape[1] == h * w:
+        array = array.reshape(array.shape[0], h, w)
+    elif not (array.ndim == 3 and array.shape[1:] == (h, w)):
+        raise InputError(
+            f"{name}: expected shape [N, {h * w}] or [N, {h}, {w}] for image_shape {(h, w)}, "
+            f"got shape {array.shape}"
+        )
+    if array.shape[0] < 1:
+        raise InputError(f"{name}: expected at least one image, got shape {array.shape}")
+    values = array.astype(np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise InputError(
+            f"{name}: expected finite values, got {values[index]} at image {index[0]}, "
+            f"pixel {index[1:]} ({int(bad.sum())} non-finite in all)"
+        )
+    return np.clip(values, 0.0, 1.0)
+
+
+def _check_labels(labels: Any, count: int) -> np.ndarray:
+    array = np.asarray(labels)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise field_error(InputError, "labels", "an integer array of shape [N]", labels)
+    if array.shape[0] != count:
+        raise InputError(f"labels: expected {count} labels, one per image, got {array.shape[0]}")
+    return array
+
+
+# -- drawing grids -------------------------------------------------------------------------------
+
+
+def _font(size: int = FONT_SIZE) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, ImportError, OSError):  # Pillow < 10.1 or no FreeType: the bitmap font
+        return ImageFont.load_default()
+
+
+def _text_box(font: Any, text: str) -> tuple[int, int, int, int]:
+    left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox(
+        (0, 0), text, font=font
+    )
+    return int(left), int(top), int(right), int(bottom)
+
+
+def _text_width(font: Any, text: str) -> int:
+    left, _, right, _ = _text_box(font, text)
+    return right - left
+
+
+def _draw_text(
+    draw: ImageDraw.ImageDraw, font: Any, text: str, x: float, y: float, align: str, colour: Any
+) -> None:
+    """Draw ``text`` with its box's left / centre / right edge at ``x`` and its middle at ``y``."""
+    left, top, right, bottom = _text_box(font, text)
+    offset = {"left": 0.0, "centre": (right - left) / 2, "right": float(right - left)}[align]
+    draw.text(
+        (round(x - offset - left), round(y - (top + bottom) / 2)), text, font=font, fill=colour
+    )
+
+
+def default_scale(image_shape: tuple[int, int]) -> int:
+    """The upscaling factor that makes the longer image side about :data:`TARGET_CELL` pixels.
+
+    8 x 8 digits get 10 (80 px cells), 28 x 28 MNIST gets 3 (84 px); never less than 1.
+    """
+    h, w = _check_image_shape(image_shape)
+    return max(1, round(TARGET_CELL / max(h, w)))
+
+
+def _grid(
+    cells: Sequence[Sequence[np.ndarray | None]],
+    row_labels: Sequence[str],
+    image_shape: tuple[int, int],
+    scale: int,
+    title: str | None,
+    *,
+    group: int = 0,
+) -> Image.Image:
+    """A grid picture: ``cells[r][c]`` is an ``[H, W]`` image in [0, 1] or ``None`` (empty).
+
+    With ``group`` > 0, rows come in groups of ``group`` separated by an extra :data:`GROUP_GAP`.
+    """
+    h, w = image_shape
+    cell_h, cell_w = h * scale, w * scale
+    rows = len(cells)
+    cols = max(len(row) for row in cells)
+    font = _font()
+    label_width = max([LABEL_WIDTH] + [_text_width(font, t) + 2 * LABEL_PAD for t in row_labels])
+    top = TITLE_HEIGHT if title else 0
+    width = label_width + cols * cell_w + (cols + 1) * GAP
+    groups = math.ceil(rows / group) if group else 1
+    height = top + rows * cell_h + (rows + 1) * GAP + (groups - 1) * GROUP_GAP
+    if title:
+        width = max(width, _text_width(font, title) + 2 * LABEL_PAD)
+
+    def row_top(r: int) -> int:
+        return top + GAP + r * (cell_h + GAP) + (r // group if group else 0) * GROUP_GAP
+
+    canvas = np.empty((height, width, 3), dtype=np.uint8)
+    canvas[:] = BACKGROUND
+    for r, row in enumerate(cells):
+        y = row_top(r)
+        for c, cell in enumerate(row):
+            if cell is None:
+                continue
+            x = label_width + GAP + c * (cell_w + GAP)
+            pixels = np.rint(cell * 255.0).astype(np.uint8)
+            pixels = np.repeat(np.repeat(pixels, scale, axis=0), scale, axis=1)
+            canvas[y : y + cell_h, x : x + cell_w] = pixels[:, :, None]
+
+    image = Image.fromarray(canvas)  # uint8 [H, W, 3] is RGB
+    draw = ImageDraw.Draw(image)
+    for r, text in enumerate(row_labels):
+        middle = row_top(r) + cell_h / 2
+        _draw_text(draw, font, text, label_width - LABEL_PAD, middle, "right", TEXT)
+    if title:
+        _draw_text(draw, font, title, LABEL_PAD, TITLE_HEIGHT / 2, "left", TEXT)
+    return image
+
+
+def sample_grid(
+    images: Any,
+    labels: Any,
+    image_shape: tuple[int, int],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    scale: int | None = None,
+) -> Path:
+    """Write a class-conditional sample grid: one row per distinct label, in increasing order.
+
+    ``images`` is float ``[N, H*W]`` (or ``[N, H, W]``) in [0, 1], ``labels`` int ``[N]``. Each row
+    starts with its label number and holds that label's images in their given order; the grid has
+    as many columns as the most frequent label has images, and shorter rows end in empty cells.
+    ``scale`` defaults to :func:`default_scale`.
+    """
+    shape = _check_image_shape(image_shape)
+    title = _check_title(title)
+    pixels = _check_images("images", images, shape)
+    classes = _check_labels(labels, pixels.shape[0])
+    factor = default_scale(shape) if scale is None else _check_positive_int("scale", scale)
+    rows = [np.flatnonzero(classes == label) for label in np.unique(classes)]
+    cells = [[pixels[i] for i in indices] for indices in rows]
+    texts = [str(int(label)) for label in np.unique(classes)]
+    return _save_image(_grid(cells, texts, shape, factor, title), path)
+
+
+def reconstruction_grid(
+    originals: Any,
+    reconstructions: Any,
+    image_shape: tuple[int, int],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    scale: int | None = None,
+    columns: int | None = None,
+) -> Path:
+    """Write originals above their reconstructions, so each column compares one image.
+
+    Both arrays are float ``[N, H*W]`` (or ``[N, H, W]``) in [0, 1] with the same N. The images are
+    cut into groups of ``columns`` (default ``min(N, 10)``); each group is two rows, labelled
+    ``orig`` and ``recon``, with image ``i`` of the group in column ``i`` of both. The last group
+    may be shorter, ending in empty cells. Groups are ``GAP + GROUP_GAP`` apart, so the module's
+    grid height gains ``(groups - 1) * GROUP_GAP`` and group ``g`` starts ``g * GROUP_GAP`` lower.
+    ``scale`` defaults to :func:`default_scale`.
+    """
+    shape = _check_image_shape(image_shape)
+    title = _check_title(title)
+    first = _check_images("originals", originals, shape)
+    second = _check_images("reconstructions", reconstructions, shape)
+    if first.shape[0] != second.shape[0]:
+        raise InputError(
+            f"reconstructions: expected {first.shape[0]} images, one per original, "
+            f"got {second.shape[0]}"
+        )
+    factor = default_scale(shape) if scale is None else _check_positive_int("scale", scale)
+    count = first.shape[0]
+    width = min(count, 10) if columns is None else _check_positive_int("columns", columns)
+    cells: list[list[np.ndarray | None]] = []
+    texts: list[str] = []
+    for start in range(0, count, width):
+        cells.append(list(first[start : start + width]))
+        cells.append(list(second[start : start + width]))
+        texts += ["orig", "recon"]
+    return _save_image(_grid(cells, texts, shape, factor, title, group=2), path)
+
+
+# -- combining pictures --------------------------------------------------------------------------
+
+
+def _open_rgb(name: str, path: Any) -> Image.Image:
+    try:
+        with Image.open(path) as opened:
+            opened.load()
+            image = opened.copy()
+    except (FileNotFoundError, IsADirectoryError, UnidentifiedImageError, TypeError) as error:
+        expected = "the path of an image file Pillow can read"
+        raise field_error(InputError, name, expected, path) from error
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        flat = Image.new("RGB", rgba.size, COMBINE_BACKGROUND)
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        return flat
+    return image.convert("RGB")
+
+
+def combine_side_by_side(
+    paths: Sequence[str | os.PathLike[str]],
+    captions: Sequence[str],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    columns: int | None = None,
+) -> Path:
+    """Write existing pictures side by side, each under its caption, on a white background.
+
+    Pictures fill rows of ``columns`` (default: all in one row for up to 4, else as few rows of at
+    most 4 as evenly filled as possible, e.g. 5 -> 3 + 2). Every tile is as wide as the widest
+    picture (or caption) and as high as the highest picture; a picture sits centred at the top of
+    its tile, its caption centred above it. With ``n_cols`` columns and ``n_rows`` rows::
+
+        width  = n_cols * tile_w + (n_cols + 1) * COMBINE_PAD
+        height = top + n_rows * (CAPTION_HEIGHT + tile_h) + (n_rows + 1) * COMBINE_PAD
+
+    ``top`` is :data:`TITLE_HEIGHT` with a title and 0 without. ``path`` may be one of ``paths``.
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
+        raise field_error(InputError, "paths", "a sequence of image paths", paths)
+    if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
+        raise field_error(InputError, "captions", "a sequence of strings", captions)
+    if not paths:
+        raise InputError("paths: expected at least one image path, got an empty sequence")
+    if len(captions) != len(paths):
+        raise InputError(
+            f"captions: expected {len(paths)} captions, one per path, got {len(captions)}"
+        )
+    for i, caption in enumerate(captions):
+        if not isinstance(caption, str):
+            raise field_error(InputError, f"captions[{i}]", "a string", caption)
+    title = _check_title(title)
+    count = len(paths)
+    if columns is None:
+        n_rows = math.ceil(count / 4)
+        n_cols = math.ceil(count / n_rows)
+    else:
+        n_cols = min(_check_positive_int("columns", columns), count)
+        n_rows = math.ceil(count / n_cols)
+
+    pictures = [_open_rgb(f"paths[{i}]", p) for i, p in enumerate(paths)]
+    font = _font()
+    tile_w = max(
+        [p.width for p in pictures] + [_text_width(font, c) + 2 * LABEL_PAD for c in captions]
+    )
+    tile_h = max(p.height for p in pictures)
+    top = TITLE_HEIGHT if title else 0
+    width = n_cols * tile_w + (n_cols + 1) * COMBINE_PAD
+    height = top + n_rows * (CAPTION_HEIGHT + tile_h) + (n_rows + 1) * COMBINE_PAD
+    if title:
+        width = max(width, _text_width(font, title) + 2 * COMBINE_PAD)
+
+    canvas = Image.new("RGB", (width, height), COMBINE_BACKGROUND)
+    draw = ImageDraw.Draw(canvas)
+    for i, (picture, caption) in enumerate(zip(pictures, captions, strict=True)):
+        r, c = divmod(i, n_cols)
+        x = COMBINE_PAD + c * (tile_w + COMBINE_PAD)
+        y = top + COMBINE_PAD + r * (CAPTION_HEIGHT + tile_h + COMBINE_PAD)
+        _draw_text(draw, font, caption, x + tile_w / 2, y + CAPTION_HEIGHT / 2, "centre", TEXT)
+        canvas.paste(picture, (x + (tile_w - picture.width) // 2, y + CAPTION_HEIGHT))
+    if title:
+        _draw_text(draw, font, title, COMBINE_PAD, TITLE_HEIGHT / 2, "left", TEXT)
+    return _save_image(canvas, path)
+
+
+# -- curves --------------------------------------------------------------------------------------
+
+_Curves = Mapping[str, Mapping[str, Sequence[tuple[float, float]]]]
+
+
+def _kind(series: str) -> str | None:
+    lowered = series.lower()
+    for kind in ("train", "test"):
+        if lowered.startswith(kind):
+            return kind
+    return None
+
+
+def metric_name(series: str) -> str:
+    """The metric a series measures: its name less a leading train/test word.
+
+    ``"train loss"`` -> ``"loss"``, ``"test_kl"`` -> ``"kl"``, ``"training recon"`` ->
+    ``"recon"``, ``"elbo"`` -> ``"elbo"``.
+    """
+    return re.sub(_KIND_PREFIX, "", series, count=1)
+
+
+def _check_curves(curves: Any) -> list[tuple[str, str, np.ndarray]]:
+    """``curves`` as ``(run, series, points [k, 2])`` triples, in the given order."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise field_error(InputError, "curves", "a non-empty mapping of run name to series", curves)
+    lines = []
+    for run, series_map in curves.items():
+        if not isinstance(run, str):
+            raise field_error(InputError, "curves key", "a run name (str)", run)
+        if not isinstance(series_map, Mapping):
+            raise field_error(
+                InputError, f"curves[{run!r}]", "a mapping of series name to points", series_map
+            )
+        for series, points in series_map.items():
+            name = f"curves[{run!r}][{series!r}]"
+            if not isinstance(series, str):
+                raise field_error(InputError, f"curves[{run!r}] key", "a series name (str)", series)
+            try:
+                array = np.asarray(points, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise field_error(InputError, name, "a sequence of (x, y) pairs", points) from None
+            if array.size == 0:
+                continue
+            if array.ndim != 2 or array.shape[1] != 2:
+                raise field_error(InputError, name, "a sequence of (x, y) pairs", points)
+            bad = ~np.isfinite(array)
+            if bad.any():
+                i = int(np.argwhere(bad)[0][0])
+                point = tuple(array[i].tolist())
+                raise InputError(f"{name}: expected finite (x, y) points, got {point} at [{i}]")
+            lines.append((run, series, array))
+    if not lines:
+        raise InputError("curves: expected at least one (x, y) point, got none")
+    return lines
+
+
+def _draw_curves(
+    panels: list[tuple[str, list[tuple[str, str, np.ndarray]]]],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """Draw one axes per ``(panel title, lines)`` and save the figure atomically."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    runs: list[str] = []
+    styles: dict[str, Any] = {}
+    for _, lines in panels:
+        for run, series, _ in lines:
+            if run not in runs:
+                runs.append(run)
+            kind = _kind(series)
+            key = kind or series
+            if key not in styles:
+                if kind == "train":
+                    styles[key] = "-"
+                elif kind == "test":
+                    styles[key] = "--"
+                else:
+                    others = sum(1 for k in styles if k not in ("train", "test"))
+                    styles[key] = _OTHER_STYLES[others % len(_OTHER_STYLES)]
+    palette = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
+    colours = {run: palette[i % len(palette)] for i, run in enumerate(runs)}
+
+    n_cols = min(len(panels), PANELS_PER_ROW)
+    n_rows = math.ceil(len(panels) / n_cols)
+    size = (PANEL_SIZE[0] * n_cols + LEGEND_WIDTH, PANEL_SIZE[1] * n_rows)
+    figure = Figure(figsize=size, dpi=CURVE_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(n_rows, n_cols, squeeze=False)
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel_title, lines = panels[index]
+        for run, series, points in lines:
+            ax.plot(
+                points[:, 0],
+                points[:, 1],
+                color=colours[run],
+                linestyle=styles[_kind(series) or series],
+                linewidth=1.6,
+                marker="o" if len(points) <= MARKER_MAX_POINTS else None,
+                markersize=3,
+            )
+        if all(float(x).is_integer() for _, _, p in lines for x in p[:, 0]):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if panel_title:
+            ax.set_title(panel_title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color=colours[run], linewidth=2.5, label=run) for run in runs]
+    if len(styles) > 1 or not set(styles) <= {"train", "test"}:
+        handles += [Line2D([], [], color="none", label=" ")]
+        handles += [
+            Line2D([], [], color="0.3", linestyle=style, linewidth=1.6, label=key)
+            for key, style in styles.items()
+        ]
+    figure.legend(handles=handles, loc="outside right upper", frameon=False)
+    if title:
+        figure.suptitle(title)
+    return _atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
+
+
+def loss_curves(
+    curves: _Curves,
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "loss (nats)",
+) -> Path:
+    """Write one axes with every series of every run overlaid.
+
+    ``curves`` maps run name (``"pure_jax"``) -> series name (``"train loss"``) -> ``(x, y)``
+    points, drawn in the given order. Each run has one colour; a series whose name starts with
+    ``train`` is solid, with ``test`` dashed, any other gets its own dotted style. The legend,
+    right of the axes, names the runs by colour and the series kinds by line style. Series of
+    few points get markers; empty series are skipped, but at least one point is needed and every
+    point must be finite. The figure is ``PANEL_SIZE + (LEGEND_WIDTH, 0)`` inches at
+    :data:`CURVE_DPI`. Meant for one metric; for several use :func:`metric_panels`.
+    """
+    lines = _check_curves(curves)
+    title = _check_title(title)
+    return _draw_curves([("", lines)], path, title=title, xlabel=xlabel, ylabel=ylabel)
+
+
+def metric_panels(
+    curves: _Curves,
+    path: str | os.PathLike[str],
+    *,
+    metrics: Sequence[str] | None = None,
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "nats",
+) -> Path:
+    """Write one axes per metric, every run overlaid, e.g. panels ``loss``, ``recon`` and ``kl``.
+
+    ``curves`` is as for :func:`loss_curves`. Series are grouped by :func:`metric_name`, so
+    ``"train loss"`` and ``"test loss"`` share the ``loss`` panel. ``metrics`` picks and orders
+    the panels (default: every metric, in first-seen order); naming an absent metric raises.
+    Panels are titled by metric, :data:`PANELS_PER_ROW` to a row, sharing one legend (colours
+    and line styles as in :func:`loss_curves`). The figure is ``PANEL_SIZE[0] * n_cols +
+    LEGEND_WIDTH`` by ``PANEL_SIZE[1] * n_rows`` inches at :data:`CURVE_DPI`.
+    """
+    lines = _check_curves(curves)
+    title = _check_title(title)
+    groups: dict[str, list[tuple[str, str, np.ndarray]]] = {}
+    for line in lines:
+        groups.setdefault(metric_name(line[1]), []).append(line)
+    if metrics is None:
+        order = list(groups)
+    else:
+        if isinstance(metrics, str) or not isinstance(metrics, Sequence) or not metrics:
+            raise field_error(
+                InputError, "metrics", "a non-empty sequence of metric names", metrics
+            )
+        order = list(metrics)
+        for i, metric in enumerate(order):
+            if metric not in groups:
+                raise InputError(
+                    f"metrics[{i}]: expected one of {', '.join(map(repr, groups))}, got {metric!r}"
+                )
+    panels = [(metric, groups[metric]) for metric in order]
+    return _draw_curves(panels, path, title=title, xlabel=xlabel, ylabel=ylabel)

@@ -1,0 +1,245 @@
+"""SPEC section 6: the protocol every implementation meets, its adapter, and the loader.
+
+An implementation module writes its framework's own functions, then hands them to :class:`Adapter`
+in its last section. The adapter is the only place that validates input (SPEC section 7) and draws
+the noise of a call (SPEC section 3), so every implementation refuses the same bad input with the
+same message and sees the same noise for the same key.
+
+:func:`load` resolves an implementation from a short name registered under the entry-point group
+``cvae_rosetta.impls`` or from any ``"module:attribute"`` string, one outside the repo included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+
+from shared import canonical
+from shared.config import Config
+from shared.errors import ConfigError, ImplementationNotFound, field_error
+from shared.losses import Metrics
+from shared.model import noise
+from shared.validation import Batch, check_batch, check_features, check_labels, check_latent
+
+ENTRY_POINT_GROUP = "cvae_rosetta.impls"
+MEMBERS = (
+    "name",
+    "init",
+    "from_canonical",
+    "to_canonical",
+    "loss",
+    "train_step",
+    "encode",
+    "decode",
+)
+
+
+@runtime_checkable
+class Implementation(Protocol):
+    """What the conformance suite touches, and nothing more."""
+
+    name: str
+
+    def init(self, key: jax.Array, config: Config) -> Any: ...
+
+    def from_canonical(self, params: canonical.Canonical, config: Config) -> Any: ...
+
+    def to_canonical(self, state: Any) -> canonical.Canonical: ...
+
+    def loss(self, state: Any, batch: Batch, key: jax.Array) -> tuple[jax.Array, Metrics]: ...
+
+    def train_step(self, state: Any, batch: Batch, key: jax.Array) -> tuple[Any, Metrics]: ...
+
+    def encode(self, state: Any, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]: ...
+
+    def decode(self, state: Any, z: jax.Array, c: jax.Array) -> jax.Array: ...
+
+
+def _config(value: Any) -> Config:
+    if not isinstance(value, Config):
+        raise field_error(ConfigError, "config", "a shared.config.Config", value)
+    return value
+
+
+def _copy(tree: Any) -> Any:
+    """Fresh buffers, so that donating a state never invalidates the caller's parameter tree."""
+    return jax.tree.map(lambda leaf: jnp.array(leaf, copy=True), tree)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Adapter:
+    """The protocol over an implementation's own functions.
+
+    The functions take the noise ``eps`` rather than a key (``loss_fn(state, batch, eps)``,
+    ``train_step(state, batch, eps)``): the adapter draws ``eps = normal(key, (B, L))`` once, the
+    same way for every framework. ``state.config`` must be the run's :class:`Config`.
+    """
+
+    name: str
+    framework: str  # the distribution whose version the report headers print
+    init_fn: Callable[[jax.Array, Config], Any]
+    from_canonical_fn: Callable[[canonical.Canonical, Config], Any]
+    to_canonical_fn: Callable[[Any], canonical.Canonical]
+    loss_fn: Callable[[Any, Batch, jax.Array], tuple[jax.Array, Metrics]]
+    train_step_fn: Callable[[Any, Batch, jax.Array], tuple[Any, Metrics]]
+    encode_fn: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    decode_fn: Callable[[Any, jax.Array, jax.Array], jax.Array]
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def init(self, key: jax.Array, config: Config) -> Any:
+        return self.init_fn(key, _config(config))
+
+    def from_canonical(self, params: canonical.Canonical, config: Config) -> Any:
+        canonical.check(params, _config(config).model)
+        return self.from_canonical_fn(_copy(params), config)
+
+    def to_canonical(self, state: Any) -> canonical.Canonical:
+        return _copy(self.to_canonical_fn(state))
+
+    def loss(self, state: Any, batch: Batch, key: jax.Array) -> tuple[jax.Array, Metrics]:
+        return self.loss_fn(state, batch, self._noise(state, batch, key))
+
+    def train_step(self, state: Any, batch: Batch, key: jax.Array) -> tuple[Any, Metrics]:
+        return self.train_step_fn(state, batch, self._noise(state, batch, key))
+
+    def encode(self, state: Any, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
+        model = state.config.model
+        check_features(x, model.input_dim)
+        check_labels(c, model.num_classes, rows=x.shape[0])
+        return self.encode_fn(state, x, c)
+
+    def decode(self, state: Any, z: jax.Array, c: jax.Array) -> jax.Array:
+        model = state.config.model
+        check_latent(z, model.latent_dim)
+        check_labels(c, model.num_classes, rows=z.shape[0])
+        return self.decode_fn(state, z, c)
+
+    @staticmethod
+    def _noise(state: Any, batch: Batch, key: jax.Array) -> jax.Array:
+        model = state.config.model
+        check_batch(batch, model.input_dim, model.num_classes)
+        return noise(key, batch.x.shape[0], model.latent_dim)
+
+    def __getattr__(self, name: str) -> Any:
+        extras = self.__dict__.get("extras", {})
+        if name in extras:
+            return extras[name]
+        raise AttributeError(f"implementation {self.__dict__.get('name')!r} has no {name!r}")
+
+    def __repr__(self) -> str:
+        return f"<implementation {self.name} ({self.framework})>"
+
+
+# --- the loader -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Builtin:
+    """One of this repository's implementations."""
+
+    target: str  # "module:attribute"
+    module: str  # the framework module that must be importable for it to be installed
+    distribution: str  # whose version the report headers print
+    extra: str | None  # the pip extra that installs the framework
+
+
+# Listed here as well as under the entry points, so that `cvae impls` can show every one of them,
+# installed or not, even when the project runs from a source tree.
+BUILTIN: dict[str, Builtin] = {
+    "pure_jax": Builtin("impls.pure_jax:implementation", "jax", "jax", None),
+    "flax_linen": Builtin("impls.flax_linen:implementation", "flax", "flax", "flax"),
+    "flax_nnx": Builtin("impls.flax_nnx:implementation", "flax", "flax", "flax"),
+    "haiku": Builtin("impls.haiku_impl:implementation", "haiku", "dm-haiku", "haiku"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ImplInfo:
+    name: str
+    target: str
+    installed: bool
+    framework: str
+    version: str | None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _registered() -> dict[str, str]:
+    found = {name: b.target for name, b in BUILTIN.items()}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def known() -> list[ImplInfo]:
+    """Every implementation known by name, installed or not, without importing any framework."""
+    infos = []
+    for name, target in _registered().items():
+        if name in BUILTIN:
+            distribution = BUILTIN[name].distribution
+            installed = importlib.util.find_spec(BUILTIN[name].module) is not None
+        else:  # registered by another distribution: installed if its module can be found
+            distribution = target.split(":")[0].split(".")[0]
+            installed = importlib.util.find_spec(distribution) is not None
+        infos.append(ImplInfo(name, target, installed, distribution, _version(distribution)))
+    return infos
+
+
+def load(spec: str) -> Implementation:
+    """The implementation named ``spec``: a registered short name or ``"module:attribute"``."""
+    if not isinstance(spec, str) or not spec:
+        raise field_error(ImplementationNotFound, "impl", "a name or 'module:attribute'", spec)
+    target = _registered().get(spec, spec)
+    if ":" not in target:
+        infos = known()
+        listing = ", ".join(
+            f"{i.name} ({'installed' if i.installed else 'not installed'})" for i in infos
+        )
+        raise ImplementationNotFound(
+            f"impl: expected a known implementation or 'module:attribute', got {spec!r}; "
+            f"known implementations: {listing}"
+        )
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        hint = ""
+        if spec in BUILTIN and BUILTIN[spec].extra:
+            hint = (
+                f"; install its framework with: pip install 'cvae-rosetta[{BUILTIN[spec].extra}]'"
+            )
+        raise ImplementationNotFound(
+            f"impl: {spec!r} is known but cannot be imported ({err}){hint}"
+        ) from err
+    obj: Any = module
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ImplementationNotFound(
+                f"impl: expected module {module_name!r} to define {attribute!r}, it does not"
+            )
+        obj = getattr(obj, part)
+    missing = [m for m in MEMBERS if not hasattr(obj, m)]
+    if missing:
+        raise ImplementationNotFound(
+            f"impl: expected {target!r} to have the protocol members {', '.join(MEMBERS)}; "
+            f"missing: {', '.join(missing)}"
+        )
+    return obj
+
+
+def framework_of(impl: Any) -> tuple[str, str | None]:
+    """``(distribution, version)`` of the framework behind ``impl``, for report headers."""
+    distribution = getattr(impl, "framework", None) or type(impl).__module__.split(".")[0]
+    return distribution, _version(distribution)

@@ -1,0 +1,156 @@
+"""A run directory: what ``cvae train`` and ``cvae compare`` write, and how they refuse to clobber.
+
+Everything that could refuse a run (the output directory included) is checked by
+:func:`check_out_dir` before any file is written, so bad input never leaves a half-made directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from shared import images
+from shared.config import Config
+from shared.data import Dataset
+from shared.errors import OutputError
+from shared.model import generate, reconstruct
+from shared.trainer import Record, RunKeys
+
+RUN_MARKER = "config.json"
+SAMPLES_PER_CLASS = 8
+RECONSTRUCTIONS = 16
+
+
+def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
+    """Refuse an output directory that would lose something or cannot be written.
+
+    A non-empty directory is refused unless ``overwrite``; even then only a previous run directory
+    (one holding ``config.json``) is replaced, never an arbitrary folder.
+    """
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out: expected a directory, got the existing file {out}")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputError(
+                f"--out: expected an empty or new directory, got {out}, which is not empty "
+                "(pass --overwrite to replace a previous run there)"
+            )
+        if not (out / RUN_MARKER).is_file():
+            raise OutputError(
+                f"--out: {out} is not empty and holds no {RUN_MARKER}, so it is not a previous "
+                "run; refusing to overwrite it"
+            )
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"--out: expected a writable location, got {out} ({parent} is not writable)"
+        )
+    return out
+
+
+def make_out_dir(out: Path, *, overwrite: bool) -> Path:
+    """Create ``out`` (after :func:`check_out_dir`), removing a previous run there if allowed."""
+    if overwrite and out.is_dir() and (out / RUN_MARKER).is_file():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a temporary file in the same directory, then a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one JSON record per line, flushed as it is made."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
+
+    def __call__(self, record: Record) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: Path) -> list[Record]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def curves_of(records: list[Record]) -> dict[str, list[tuple[float, float]]]:
+    """Train curves per step and test curves per epoch (at the step the epoch ended)."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        if r["event"] == "step":
+            for name in ("loss", "recon", "kl"):
+                curves.setdefault(f"train {name}", []).append((r["step"], r[name]))
+        elif r["event"] == "epoch":
+            for name in ("loss", "recon", "kl"):
+                curves.setdefault(f"test {name}", []).append((r["step"], r[f"test_{name}"]))
+    return curves
+
+
+def write_pictures(out: Path, impl, state, dataset: Dataset, keys: RunKeys, *, title: str) -> None:
+    """``samples.png`` (a row per label) and ``reconstructions.png`` (test digits beside theirs)."""
+    k = dataset.num_classes
+    labels = np.repeat(np.arange(k, dtype=np.int32), SAMPLES_PER_CLASS)
+    samples = np.asarray(generate(impl, state, keys.sample, labels))
+    images.sample_grid(
+        samples, labels, dataset.image_shape, out / "samples.png", title=f"{title}: samples"
+    )
+    n = min(RECONSTRUCTIONS, len(dataset.test))
+    x, c = jax.numpy.asarray(dataset.test.x[:n]), jax.numpy.asarray(dataset.test.c[:n])
+    recon = np.asarray(reconstruct(impl, state, x, c))
+    images.reconstruction_grid(
+        np.asarray(x),
+        recon,
+        dataset.image_shape,
+        out / "reconstructions.png",
+        title=f"{title}: reconstructions",
+    )
+
+
+def summary_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """A plain-text table: ``columns`` are ``(key, header, format)``."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        cells.append(
+            [(fmt.format(row[key]) if row.get(key) is not None else "-") for key, _, fmt in columns]
+        )
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def save_config(out: Path, config: Config, **extra: Any) -> None:
+    """``config.json``: the whole resolved config under ``"config"``, beside what else is given."""
+    write_json(out / RUN_MARKER, {**extra, "config": config.to_dict()})
