@@ -67,16 +67,31 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     settings.load_profile(os.environ.get("CVAE_HYPOTHESIS_PROFILE", "ci"))
 
-    from shared.errors import CvaeError
-    from shared.protocol import load
 
-    impls = {}
-    for name in _requested(config):
-        try:
-            impls[name] = load(name)
-        except CvaeError as err:
-            raise pytest.UsageError(str(err)) from err
-    config.stash[_IMPLS_KEY] = impls
+def _impls(config: pytest.Config) -> dict:
+    """The implementations under test, loaded once, on first need."""
+    if _IMPLS_KEY not in config.stash:
+        from shared.errors import CvaeError
+        from shared.protocol import load
+
+        impls = {}
+        for name in _requested(config):
+            try:
+                impls[name] = load(name)
+            except CvaeError as err:
+                impls[name] = err
+        config.stash[_IMPLS_KEY] = impls
+    return config.stash[_IMPLS_KEY]
+
+
+def _loaded(config: pytest.Config) -> dict:
+    impls = _impls(config)
+    failed = [f"{name}: {err}" for name, err in impls.items() if isinstance(err, Exception)]
+    if failed:
+        raise pytest.UsageError(
+            "cannot load the implementation(s) under test: " + "; ".join(failed)
+        )
+    return impls
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -84,13 +99,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     from shared.protocol import framework_of
 
-    impls = config.stash.get(_IMPLS_KEY, {})
+    impls = _impls(config)
     lines = [
         f"cvae-rosetta conformance: jax {jax.__version__} on "
         f"{jax.default_backend()} ({jax.device_count()} device(s)), "
         f"python {platform.python_version()}"
     ]
     for name, impl in impls.items():
+        if isinstance(impl, Exception):
+            lines.append(f"  impl {name}: CANNOT LOAD: {impl}")
+            continue
         framework, version = framework_of(impl)
         module = getattr(type(impl), "__module__", "?")
         if type(impl).__name__ == "Adapter":
@@ -98,11 +116,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(f"  impl {name}: {impl.name} from {module} ({framework} {version})")
     if not impls:
         lines.append("  no implementation installed")
+    elif len(impls) < 2:
+        lines.append("  pairwise checks (test_cross.py): need two implementations, not collected")
     return lines
 
 
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """The pairwise checks need two implementations; with one they are not collected at all."""
+    if collection_path.name == "test_cross.py" and collection_path.parent.name == "conformance":
+        return len(_impls(config)) < 2 or None
+    return None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    impls = metafunc.config.stash.get(_IMPLS_KEY, {})
+    if not {"impl", "impl_pair"} & set(metafunc.fixturenames):
+        return
+    impls = _loaded(metafunc.config)
     if "impl" in metafunc.fixturenames:
         metafunc.parametrize("impl", list(impls.values()), ids=list(impls), scope="module")
     if "impl_pair" in metafunc.fixturenames:

@@ -14,53 +14,20 @@ import optax
 import pytest
 
 from conformance import reference
+from conformance.common import (
+    ATOL,
+    CONFIG,
+    MODEL,
+    RTOL,
+    B,
+    at_path,
+    make_batch,
+    reference_params,
+    spec_noise,
+)
 from shared.config import Config, LossConfig, ModelConfig, OptimConfig
 from shared.protocol import MEMBERS
 from shared.validation import Batch
-
-# A small model of the bundled digits' shape: 64 pixels, 10 labels.
-MODEL = ModelConfig(
-    input_dim=64, num_classes=10, latent_dim=8, encoder_dims=(32, 16), decoder_dims=(16, 32)
-)
-CONFIG = Config(model=MODEL)
-B = 12
-
-# float32 against float64: relative error of sums of O(100) products is ~1e-6; leave headroom.
-RTOL, ATOL = 2e-5, 1e-5
-
-
-def reference_params(key: jax.Array, model: ModelConfig = MODEL) -> dict:
-    """Canonical parameters drawn by the suite itself (never by an implementation)."""
-    from shared.canonical import layer_sizes
-
-    sizes = layer_sizes(model)
-    keys = iter(jax.random.split(key, 16))
-
-    def layer(fan_in, fan_out):
-        return {
-            "kernel": jax.random.normal(next(keys), (fan_in, fan_out)) / np.sqrt(fan_in),
-            # nonzero biases, so a converter that drops or misplaces them is caught
-            "bias": 0.1 * jax.random.normal(next(keys), (fan_out,)),
-        }
-
-    return {
-        "encoder": [layer(*s) for s in sizes["encoder"]],
-        "latent": layer(*sizes["latent"][0]),
-        "decoder": [layer(*s) for s in sizes["decoder"]],
-    }
-
-
-def make_batch(key: jax.Array, b: int = B, model: ModelConfig = MODEL) -> Batch:
-    kx, kc = jax.random.split(key)
-    x = jax.random.uniform(kx, (b, model.input_dim))
-    x = x.at[0, :3].set(jnp.array([0.0, 1.0, 0.5]))  # exact 0 and 1 pixels
-    c = jax.random.randint(kc, (b,), 0, model.num_classes)
-    return Batch(x, c)
-
-
-def spec_noise(key: jax.Array, b: int, latent: int) -> np.ndarray:
-    """SPEC section 3: the noise of a step."""
-    return np.asarray(jax.random.normal(key, (b, latent)))
 
 
 @pytest.fixture(scope="module")
@@ -192,16 +159,10 @@ def test_gradients_match_reference(impl, params, batch, kind):
     )
     scale = max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref.grads))
     for path, got in jax.tree_util.tree_leaves_with_path(grads):
-        want = _at(ref.grads, path)
+        want = at_path(ref.grads, path)
         np.testing.assert_allclose(
             got, want, rtol=1e-4, atol=1e-6 * scale, err_msg=jax.tree_util.keystr(path)
         )
-
-
-def _at(tree, path):
-    for entry in path:
-        tree = tree[getattr(entry, "key", getattr(entry, "idx", None))]
-    return tree
 
 
 @pytest.mark.parametrize(
@@ -233,7 +194,7 @@ def test_train_step_matches_reference_update(impl, params, batch, optim):
     np.testing.assert_allclose(float(metrics["loss"]), ref.loss, rtol=RTOL)
 
     for path, g in jax.tree_util.tree_leaves_with_path(ref.grads):
-        p0, p1, w = (np.asarray(_at(t, path)) for t in (params, got, want))
+        p0, p1, w = (np.asarray(at_path(t, path)) for t in (params, got, want))
         reliable = np.abs(g) > 1e-3 * np.abs(g).max()
         np.testing.assert_allclose(
             p1[reliable],
@@ -345,3 +306,71 @@ def test_wrong_parameter_trees_are_refused(impl, params):
         impl.from_canonical(missing_layer, CONFIG)
     with pytest.raises(ValueError):
         impl.from_canonical({"encoder": params["encoder"]}, CONFIG)
+
+
+# --- initialisation, tracing and donation ---------------------------------------------------------
+
+INIT_MODEL = ModelConfig(input_dim=784, num_classes=10, latent_dim=32)
+
+
+def test_init_is_lecun_normal_with_zero_biases(impl):
+    """Kernel variance 1/fan_in (truncated normal, corrected), within sampling error; biases 0."""
+    from shared.canonical import layer_sizes
+
+    params = impl.to_canonical(impl.init(jax.random.key(3), Config(model=INIT_MODEL)))
+    sizes = layer_sizes(INIT_MODEL)
+    layers = [*params["encoder"], params["latent"], *params["decoder"]]
+    fans = [*sizes["encoder"], *sizes["latent"], *sizes["decoder"]]
+    for i, (layer, (fan_in, fan_out)) in enumerate(zip(layers, fans, strict=True)):
+        kernel = np.asarray(layer["kernel"], np.float64)
+        n = kernel.size
+        ratio = kernel.var() * fan_in
+        # the sample variance of n draws has relative standard error ~ sqrt(2 / n) (a bit less for
+        # a truncated normal); allow five of them
+        assert abs(ratio - 1.0) < 5 * np.sqrt(2.0 / n), f"layer {i}: variance x fan_in = {ratio}"
+        assert abs(kernel.mean()) < 5 / np.sqrt(n * fan_in), f"layer {i}: mean {kernel.mean()}"
+        # truncated at two standard deviations: no entry beyond 2 / sqrt(fan_in) * 1.14
+        assert np.abs(kernel).max() <= 2.0 / 0.87962566103423978 / np.sqrt(fan_in) + 1e-6
+        np.testing.assert_array_equal(layer["bias"], np.zeros(fan_out))
+
+
+def test_init_depends_on_the_key(impl):
+    a = impl.to_canonical(impl.init(jax.random.key(0), CONFIG))
+    b = impl.to_canonical(impl.init(jax.random.key(0), CONFIG))
+    c = impl.to_canonical(impl.init(jax.random.key(1), CONFIG))
+    chex.assert_trees_all_equal(a, b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(c), strict=True):
+        if x.ndim == 2:
+            assert not np.array_equal(x, y), "different keys gave the same kernel"
+
+
+def test_step_traces_once_for_equal_configs(impl, params, batch):
+    traces = []
+
+    def counted(state, batch, key):
+        traces.append(1)
+        return impl.train_step(state, batch, key)
+
+    step = jax.jit(counted)
+    state = impl.from_canonical(params, CONFIG)
+    for t in range(3):
+        state, _ = step(state, batch, jax.random.key(t))
+    # a state rebuilt from an equal (not identical) config must hit the same compiled step
+    again = impl.from_canonical(params, Config.from_dict(CONFIG.to_dict()))
+    step(again, make_batch(jax.random.key(99)), jax.random.key(5))
+    assert len(traces) == 1, f"traced {len(traces)} times"
+
+
+def test_donated_step_uses_its_buffers(impl, params, batch):
+    import warnings
+
+    step = jax.jit(impl.train_step, donate_argnums=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state = impl.from_canonical(params, CONFIG)
+        for t in range(3):
+            state, metrics = step(state, batch, jax.random.key(t))
+        jax.block_until_ready(state)
+    messages = [str(w.message) for w in caught if "donat" in str(w.message).lower()]
+    assert not messages, messages
+    assert np.isfinite(float(metrics["loss"]))

@@ -216,7 +216,8 @@ def load(spec: str) -> Implementation:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         hint = ""
-        if spec in BUILTIN and BUILTIN[spec].extra:
+        builtin = BUILTIN.get(spec)
+        if builtin and builtin.extra and importlib.util.find_spec(builtin.module) is None:
             hint = (
                 f"; install its framework with: pip install 'cvae-rosetta[{BUILTIN[spec].extra}]'"
             )

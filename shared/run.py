@@ -48,13 +48,17 @@ def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
                 f"--out: {out} is not empty and holds no {RUN_MARKER}, so it is not a previous "
                 "run; refusing to overwrite it"
             )
-    parent = out
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
+    ancestor = out
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"--out: expected a directory path, got {out}, but {ancestor} is a file")
+    try:  # a real probe: permissions, read-only file systems and quotas all show here
+        tempfile.TemporaryDirectory(dir=ancestor, prefix=".cvae-probe-").cleanup()
+    except OSError as err:
         raise OutputError(
-            f"--out: expected a writable location, got {out} ({parent} is not writable)"
-        )
+            f"--out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
+        ) from err
     return out
 
 

@@ -144,7 +144,8 @@ def train(
                 t += 1
                 bar.update(1)
                 if i % 10 == 9 or i == batches.num_batches - 1:
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{float(metrics['loss']):.3f}")
+                    loss = f"{float(metrics['loss']):.3f}"
+                    bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
             fetched = jax.device_get(step_metrics)
             train_seconds += time.perf_counter() - tick
             first = t - len(fetched)

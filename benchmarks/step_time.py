@@ -1,0 +1,116 @@
+"""Steady-state train-step time of every installed implementation, interleaved in one process.
+
+    python benchmarks/step_time.py [--batch-sizes 8,256] [--rounds 7] [--steps 200] [--out FILE]
+
+Every implementation starts from the same canonical parameters (MNIST-sized model, synthetic data)
+and runs ``jax.jit(impl.train_step, donate_argnums=0)``; extra paths an implementation exposes
+(``implementation.benchmark_paths``: name -> a callable ``make(state) -> (step, state)``) are
+timed beside it. Rounds alternate between implementations so drift hits all alike; each round
+times ``--steps`` steps after ``block_until_ready``, warm-up excluded. The figures are medians over
+rounds, with the spread (min and max), and the ratio to pure JAX measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import jax
+
+from shared import protocol
+from shared.config import Config, ModelConfig
+from shared.validation import Batch
+
+
+def paths_of(name: str, impl, config: Config, params) -> dict:
+    """``label -> (step, state)``: the protocol step, and any extra path the implementation has."""
+    paths = {
+        name: (jax.jit(impl.train_step, donate_argnums=0), impl.from_canonical(params, config))
+    }
+    extra = getattr(impl, "extras", {}).get("benchmark_paths", {})
+    for label, make in extra.items():
+        step, state = make(impl.from_canonical(params, config))
+        paths[f"{name}:{label}"] = (step, state)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", default="8,256")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--impls", default=None, help="comma-separated [every installed one]")
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+
+    names = (
+        args.impls.split(",") if args.impls else [i.name for i in protocol.known() if i.installed]
+    )
+    impls = {n: protocol.load(n) for n in names}
+    config = Config(model=ModelConfig())
+    reference = protocol.load("pure_jax")
+    params = reference.to_canonical(reference.init(jax.random.key(0), config))
+    results = {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "batches": {},
+    }
+    for b in (int(v) for v in args.batch_sizes.split(",")):
+        x = jax.random.uniform(jax.random.key(1), (b, config.model.input_dim))
+        c = jax.random.randint(jax.random.key(2), (b,), 0, config.model.num_classes)
+        batch = Batch(x, c)
+        key = jax.random.key(3)
+        paths = {}
+        for name, impl in impls.items():
+            paths.update(paths_of(name, impl, config, params))
+        states = {}
+        for label, (step, state) in paths.items():  # warm-up: compile and settle
+            for _ in range(20):
+                state, metrics = step(state, batch, key)
+            jax.block_until_ready(state)
+            states[label] = state
+        times: dict[str, list[float]] = {label: [] for label in paths}
+        for _ in range(args.rounds):
+            for label, (step, _) in paths.items():
+                state = states[label]
+                jax.block_until_ready(state)
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    state, metrics = step(state, batch, key)
+                jax.block_until_ready((state, metrics))
+                times[label].append((time.perf_counter() - start) / args.steps)
+                states[label] = state
+        base = statistics.median(times["pure_jax"]) if "pure_jax" in times else None
+        rows = {}
+        for label, ts in times.items():
+            median = statistics.median(ts)
+            rows[label] = {
+                "median_us": median * 1e6,
+                "min_us": min(ts) * 1e6,
+                "max_us": max(ts) * 1e6,
+                "ratio_to_pure_jax": median / base if base else None,
+            }
+        results["batches"][str(b)] = rows
+        print(f"batch {b}:")
+        for label, row in rows.items():
+            ratio = f"{row['ratio_to_pure_jax']:.3f}x" if row["ratio_to_pure_jax"] else "-"
+            print(
+                f"  {label:28s} {row['median_us']:9.1f} us  "
+                f"[{row['min_us']:.1f}, {row['max_us']:.1f}]  {ratio}"
+            )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The ``cvae`` command line, end to end on the bundled digits (a few seconds per run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shared.cli import main
+
+FAST = ["--epochs", "2", "--batch-size", "128", "--no-progress", "--latent-dim", "4"]
+
+
+def run_cli(*args: str) -> int:
+    return main(list(args))
+
+
+def test_impls_lists_every_known_implementation(capsys):
+    assert run_cli("impls") == 0
+    out = capsys.readouterr().out
+    assert "pure_jax" in out and "jax 0." in out
+    for name in ("flax_linen", "flax_nnx", "haiku"):
+        assert name in out
+
+
+def test_train_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--impl", "pure_jax", "--out", str(out), *FAST) == 0
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "samples.png",
+        "reconstructions.png",
+        "curves.png",
+        "summary.json",
+    ):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["impl"] == "pure_jax"
+    assert config["config"]["model"]["input_dim"] == 64  # resolved from the data
+    assert config["config"]["model"]["latent_dim"] == 4
+    assert config["config"]["train"]["epochs"] == 2
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r["event"] == "epoch"]
+    steps = [r for r in records if r["event"] == "step"]
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    assert len(steps) == 2 * (1437 // 128) == epochs[-1]["step"]
+    assert all(np.isfinite(e["test_loss"]) for e in epochs)
+    text = capsys.readouterr().out
+    assert "test loss" in text and str(out) in text
+
+
+def test_every_config_field_has_a_flag(tmp_path):
+    out = tmp_path / "run"
+    args = [
+        "--loss",
+        "mse",
+        "--beta",
+        "0.5",
+        "--learning-rate",
+        "0.002",
+        "--clip-norm",
+        "2",
+        "--weight-decay",
+        "0.01",
+        "--encoder-dims",
+        "16,8",
+        "--decoder-dims",
+        "8",
+        "--remainder",
+        "pad",
+        "--seed",
+        "3",
+        "--compute-dtype",
+        "float32",
+    ]
+    assert run_cli("train", "--out", str(out), *FAST, *args) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["loss"] == {"kind": "mse", "beta": 0.5}
+    assert config["optim"] == {"learning_rate": 0.002, "clip_norm": 2.0, "weight_decay": 0.01}
+    assert config["model"]["encoder_dims"] == [16, 8] and config["model"]["decoder_dims"] == [8]
+    assert config["data"]["remainder"] == "pad" and config["train"]["seed"] == 3
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1]["step"] == 2 * -(-1437 // 128)  # pad: ceil(N / B) batches per epoch
+
+
+def test_same_seed_same_metrics(tmp_path):
+    for name in ("a", "b"):
+        assert run_cli("train", "--out", str(tmp_path / name), *FAST) == 0
+    a, b = ((tmp_path / n / "metrics.jsonl").read_text() for n in ("a", "b"))
+    strip = [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in a.splitlines()]
+    again = [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in b.splitlines()]
+    assert strip == again
+
+
+def test_compare_trains_side_by_side(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert run_cli("compare", "--impls", "pure_jax", "--out", str(out), *FAST) == 0
+    for name in (
+        "config.json",
+        "curves.png",
+        "samples.png",
+        "summary.md",
+        "summary.json",
+        "pure_jax/metrics.jsonl",
+        "pure_jax/samples.png",
+        "pure_jax/reconstructions.png",
+    ):
+        assert (out / name).is_file(), name
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert rows[0]["impl"] == "pure_jax" and rows[0]["max_param_diff"] == 0.0
+    text = capsys.readouterr().out
+    assert "max |dparam|" in text and "pure_jax" in text
+
+
+def test_existing_output_is_never_silently_replaced(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--out", str(out), *FAST) == 0
+    before = (out / "metrics.jsonl").read_text()
+    assert run_cli("train", "--out", str(out), *FAST) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == before
+    assert run_cli("train", "--out", str(out), "--overwrite", *FAST, "--seed", "1") == 0
+    assert (out / "metrics.jsonl").read_text() != before
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    assert run_cli("train", "--out", str(mine), "--overwrite", *FAST) == 2
+    assert "not a previous run" in capsys.readouterr().err
+    assert (mine / "thesis.tex").read_text() == "precious"
+
+
+def write_npz(directory, *, x_train, y_train, name="mnist.npz"):
+    directory.mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    np.savez(
+        directory / name,
+        x_train=x_train,
+        y_train=y_train,
+        x_test=rng.integers(0, 256, (6, 28, 28), dtype=np.uint8),
+        y_test=np.arange(6) % 10,
+    )
+
+
+def test_mnist_from_a_local_directory(tmp_path):
+    rng = np.random.default_rng(1)
+    write_npz(
+        tmp_path / "mnist",
+        x_train=rng.integers(0, 256, (40, 28, 28), dtype=np.uint8),
+        y_train=np.arange(40) % 10,
+    )
+    out = tmp_path / "run"
+    code = run_cli(
+        "train",
+        "--data",
+        "mnist",
+        "--data-dir",
+        str(tmp_path / "mnist"),
+        "--out",
+        str(out),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--no-progress",
+    )
+    assert code == 0
+    assert json.loads((out / "config.json").read_text())["config"]["model"]["input_dim"] == 784
+
+
+def bad_inputs(tmp_path):
+    rng = np.random.default_rng(2)
+    labels_bad = tmp_path / "labels"
+    write_npz(
+        labels_bad,
+        x_train=rng.integers(0, 256, (20, 28, 28), dtype=np.uint8),
+        y_train=np.full(20, 12),
+    )
+    nan_pixels = tmp_path / "nan"
+    x = rng.random((20, 28, 28)).astype(np.float32)
+    x[3, 4, 5] = np.nan
+    write_npz(nan_pixels, x_train=x, y_train=np.arange(20) % 10)
+    (tmp_path / "a_file").write_text("")
+    return {
+        "unknown impl": (["--impl", "tensorflow"], "impl: expected a known implementation"),
+        "missing files": (
+            ["--data", "mnist", "--data-dir", str(tmp_path)],
+            "train-images-idx3-ubyte",
+        ),
+        "no data dir": (["--data", "mnist"], "data.data_dir"),
+        "labels out of range": (
+            ["--data", "mnist", "--data-dir", str(labels_bad)],
+            "expected labels in [0, 10)",
+        ),
+        "NaN pixels": (["--data", "mnist", "--data-dir", str(nan_pixels)], "expected finite"),
+        "batch too large": (["--batch-size", "5000"], "data.batch_size: expected at most 1437"),
+        "bad number": (["--latent-dim", "abc"], "model.latent_dim: expected an integer >= 1"),
+        "bad loss": (["--loss", "l2"], "loss.kind: expected one of bernoulli, mse"),
+        "negative lr": (["--learning-rate", "-1"], "optim.learning_rate: expected a finite"),
+        "input dim clash": (["--input-dim", "784"], "model.input_dim: expected 64"),
+        "bad dims": (["--encoder-dims", "16,x"], "model.encoder_dims[1]"),
+        "out under a file": (["--out", str(tmp_path / "a_file" / "run")], "is a file"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown impl",
+        "missing files",
+        "no data dir",
+        "labels out of range",
+        "NaN pixels",
+        "batch too large",
+        "bad number",
+        "bad loss",
+        "negative lr",
+        "input dim clash",
+        "bad dims",
+        "out under a file",
+    ],
+)
+def test_bad_input_stops_before_training_and_writes_nothing(tmp_path, capsys, case):
+    args, message = bad_inputs(tmp_path)[case]
+    out = tmp_path / "out"
+    if "--out" not in args:
+        args = [*args, "--out", str(out)]
+    assert run_cli("train", "--no-progress", "--epochs", "1", *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cvae: error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    assert not out.exists()
+
+
+def test_console_script_prints_one_line_and_no_traceback(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "train",
+            "--impl",
+            "nope",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("cvae: error: impl: expected a known implementation")
+    assert not (tmp_path / "x").exists()

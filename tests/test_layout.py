@@ -1,0 +1,32 @@
+"""Every implementation file has the same sections, in the same order (the docs pull them out)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "adapter"]
+IMPLS = Path(__file__).resolve().parent.parent / "impls"
+FILES = sorted(p for p in IMPLS.glob("*.py") if p.name != "__init__.py")
+MARKER = re.compile(r"^# --8<-- \[(start|end):(\w+)\]$", re.MULTILINE)
+
+
+def test_there_are_implementation_files():
+    assert any(p.name == "pure_jax.py" for p in FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_sections_are_complete_and_in_order(path):
+    markers = MARKER.findall(path.read_text())
+    expected = [(kind, name) for name in SECTIONS for kind in ("start", "end")]
+    assert markers == expected, f"{path.name}: sections {markers}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_each_file_builds_one_adapter_named_implementation(path):
+    text = path.read_text()
+    adapter = text.split("# --8<-- [start:adapter]")[1].split("# --8<-- [end:adapter]")[0]
+    assert "implementation = Adapter(" in adapter, path.name
+    assert text.startswith('"""'), f"{path.name} has no module docstring"
