@@ -1,0 +1,51 @@
+"""The idiomatic paths that sit beside each implementation's protocol step compute the same thing.
+
+Run in the environments that install the framework (``flax_nnx`` and ``cross``); the ``unit``
+environment has no framework and does not collect this file.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from conformance.common import CONFIG, make_batch, reference_params
+from shared import model as shared_model
+
+nnx_impl = pytest.importorskip("impls.flax_nnx", reason="Flax is not installed here")
+
+
+@pytest.mark.parametrize("label", ["nnx.jit in place", "nnx.cached_partial"])
+def test_nnx_in_place_step_equals_the_functional_fast_path(label):
+    """``nnx.jit`` + ``optimizer.update(model, grads)`` in place, against split/merge + jax.jit."""
+    from flax import nnx
+
+    impl = nnx_impl.implementation
+    params = reference_params(jax.random.key(0))
+    make = impl.extras["benchmark_paths"][label]
+    step, objects = make(impl.from_canonical(params, CONFIG))
+    functional = jax.jit(impl.train_step)
+    state = impl.from_canonical(params, CONFIG)
+    for t in range(3):
+        batch, key = make_batch(jax.random.key(10 + t)), jax.random.key(20 + t)
+        objects, in_place_metrics = step(objects, batch, key)
+        state, metrics = functional(state, batch, key)
+        chex.assert_trees_all_close(in_place_metrics, metrics, rtol=1e-6)
+    model, optimizer = objects
+    in_place = nnx_impl.to_canonical(nnx.as_pure(nnx.state(model, nnx.Param)))
+    chex.assert_trees_all_close(in_place, impl.to_canonical(state), rtol=1e-6, atol=1e-7)
+    assert int(optimizer.step[...]) == 3 == int(state.step)
+
+
+def test_nnx_module_methods_are_the_forward_pass():
+    impl = nnx_impl.implementation
+    params = reference_params(jax.random.key(1))
+    state = impl.from_canonical(params, CONFIG)
+    batch = make_batch(jax.random.key(2))
+    model = state.model
+    mean, _ = model.encode(batch.x, batch.c)
+    np.testing.assert_array_equal(mean, impl.encode(state, batch.x, batch.c)[0])
+    images = shared_model.reconstruct(impl, state, batch.x, batch.c)
+    assert images.shape == batch.x.shape
