@@ -1,6 +1,7 @@
 """Steady-state train-step time of every installed implementation, interleaved in one process.
 
-    python benchmarks/step_time.py [--batch-sizes 8,256] [--rounds 7] [--steps 200] [--out FILE]
+    python benchmarks/step_time.py [--batch-sizes 8,256] [--dtypes float32,bfloat16]
+                                   [--rounds 7] [--steps 200] [--out FILE]
 
 Every implementation starts from the same canonical parameters (MNIST-sized model, synthetic data)
 and runs ``jax.jit(impl.train_step, donate_argnums=0)``; extra paths an implementation exposes
@@ -41,6 +42,7 @@ def paths_of(name: str, impl, config: Config, params) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="8,256")
+    parser.add_argument("--dtypes", default="float32", help="compute dtypes, comma-separated")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--impls", default=None, help="comma-separated [every installed one]")
@@ -51,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         args.impls.split(",") if args.impls else [i.name for i in protocol.known() if i.installed]
     )
     impls = {n: protocol.load(n) for n in names}
-    config = Config(model=ModelConfig())
     reference = protocol.load("pure_jax")
-    params = reference.to_canonical(reference.init(jax.random.key(0), config))
+    params = reference.to_canonical(reference.init(jax.random.key(0), Config()))
     results = {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "batches": {},
     }
-    for b in (int(v) for v in args.batch_sizes.split(",")):
+    cases = [(b, d) for d in args.dtypes.split(",") for b in map(int, args.batch_sizes.split(","))]
+    for b, dtype in cases:
+        config = Config(model=ModelConfig(compute_dtype=dtype))
         x = jax.random.uniform(jax.random.key(1), (b, config.model.input_dim))
         c = jax.random.randint(jax.random.key(2), (b,), 0, config.model.num_classes)
         batch = Batch(x, c)
@@ -98,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 "max_us": max(ts) * 1e6,
                 "ratio_to_pure_jax": median / base if base else None,
             }
-        results["batches"][str(b)] = rows
-        print(f"batch {b}:")
+        results["batches"][str(b) if dtype == "float32" else f"{b} {dtype}"] = rows
+        print(f"batch {b}, {dtype}:")
         for label, row in rows.items():
             ratio = f"{row['ratio_to_pure_jax']:.3f}x" if row["ratio_to_pure_jax"] else "-"
             print(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from shared.canonical import layer_sizes
 from shared.config import Config, ModelConfig
@@ -61,3 +62,21 @@ def at_path(tree, path):
     for entry in path:
         tree = tree[getattr(entry, "key", getattr(entry, "idx", None))]
     return tree
+
+
+def capabilities(impl) -> set[str]:
+    """What an implementation offers beyond the protocol of SPEC section 6.
+
+    ``paths``: other ways to run the same train step (``extras["benchmark_paths"]`` of an
+    :class:`~shared.protocol.Adapter`). More capabilities (data-parallel steps) join as they land.
+    """
+    found = set()
+    if getattr(impl, "extras", {}).get("benchmark_paths"):
+        found.add("paths")
+    return found
+
+
+def require(impl, capability: str) -> None:
+    """Report the calling check as not applicable (never as passed) without ``capability``."""
+    if capability not in capabilities(impl):
+        pytest.skip(f"not applicable: {getattr(impl, 'name', impl)} has no {capability!r}")

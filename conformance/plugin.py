@@ -3,19 +3,31 @@
 It adds ``--impl`` (repeatable; names or ``module:attribute``, default: the ``CVAE_IMPL``
 environment variable, else every installed implementation), prints which implementations run and
 the versions behind them in the report header, parametrises every test that asks for the ``impl``
-fixture, pins float32 matmuls to full precision, and registers the hypothesis profiles: ``ci``
-(small and derandomised, the default) and ``thorough`` (``--hypothesis-profile thorough`` or
-``CVAE_HYPOTHESIS_PROFILE=thorough``).
+(or ``impl_pair``) fixture, pins float32 matmuls to full precision, and registers the hypothesis
+profiles: ``ci`` (small and derandomised, the default) and ``thorough`` (``--thorough``,
+``--hypothesis-profile thorough``, or ``CVAE_HYPOTHESIS_PROFILE=thorough``).
+
+Every run writes a machine-readable report (``--conformance-report``, default
+``conformance-report.json`` in the working directory): per implementation and per check,
+``passed``, ``failed``, ``skipped`` or ``not applicable`` (a check of a capability the
+implementation does not have, see :func:`conformance.common.require`), with the versions behind
+each implementation.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
 _IMPLS_KEY = pytest.StashKey[dict]()
+_RESULTS_KEY = pytest.StashKey[dict]()
+NOT_APPLICABLE = "not applicable"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,6 +39,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="implementation to test: a short name or module:attribute (repeatable; "
         "default: $CVAE_IMPL, comma-separated, else every installed one)",
+    )
+    group.addoption(
+        "--thorough",
+        action="store_true",
+        help="run the property tests with the thorough hypothesis profile (300 examples each)",
+    )
+    group.addoption(
+        "--conformance-report",
+        default=os.environ.get("CVAE_CONFORMANCE_REPORT", "conformance-report.json"),
+        metavar="PATH",
+        help="where to write the JSON report of this run [conformance-report.json]",
     )
 
 
@@ -65,7 +88,13 @@ def pytest_configure(config: pytest.Config) -> None:
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
-    settings.load_profile(os.environ.get("CVAE_HYPOTHESIS_PROFILE", "ci"))
+    if config.getoption("thorough"):
+        settings.load_profile("thorough")
+    elif config.getoption("hypothesis_profile", None) is None:  # hypothesis's own option wins
+        profile = os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
+        settings.load_profile(profile or "ci")
+    config.stash[_RESULTS_KEY] = {}
+    config.addinivalue_line("markers", "pairwise: a check of two implementations together")
 
 
 def _impls(config: pytest.Config) -> dict:
@@ -121,11 +150,51 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+def _named_explicitly(path: Path, config: pytest.Config) -> bool:
+    """Whether an argument of this run is ``path`` or lies inside it (a path or, with
+    ``--pyargs``, a dotted module name)."""
+    here = Path(config.invocation_params.dir)
+    dotted = ".".join(path.parts[-2:])  # conformance/meta_tests -> conformance.meta_tests
+    for arg in config.args:
+        arg = arg.split("::")[0]
+        candidate = (here / arg).resolve()
+        if candidate == path or path in candidate.parents:
+            return True
+        if arg == dotted or arg.startswith(dotted + "."):
+            return True
+    return False
+
+
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
-    """The pairwise checks need two implementations; with one they are not collected at all."""
-    if collection_path.name == "test_cross.py" and collection_path.parent.name == "conformance":
+    """What a plain ``pytest --pyargs conformance`` leaves out.
+
+    The pairwise checks need two implementations; with one they are not collected at all. The
+    meta tests (``conformance/meta_tests``: the suite run on deliberately broken implementations)
+    are collected only when a path inside that folder is given explicitly: they test the suite,
+    not the implementation under test, and they run it in subprocesses.
+    """
+    if collection_path.parent.name != "conformance":
+        return None
+    if collection_path.name == "test_cross.py":
         return len(_impls(config)) < 2 or None
+    if collection_path.name == "meta_tests" and collection_path.is_dir():
+        return not _named_explicitly(Path(collection_path).resolve(), config) or None
     return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Checks of a pair of implementations carry the ``pairwise`` marker (``-m pairwise``); with
+    fewer than two implementations under test they are deselected, since they cannot apply."""
+    single = len(_impls(config)) < 2
+    kept, dropped = [], []
+    for item in items:
+        pairwise = "impl_pair" in getattr(item, "fixturenames", ())
+        if pairwise:
+            item.add_marker(pytest.mark.pairwise)
+        (dropped if pairwise and single else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -142,3 +211,105 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             ids=[f"{a}-{b}" for a, b in pairs],
             scope="module",
         )
+
+
+# --- the machine-readable report ------------------------------------------------------------------
+
+
+def _names_of(item: pytest.Item) -> list[tuple[str, str]]:
+    """``(implementation, check id)`` pairs a test item reports for."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return []
+    impls = item.config.stash.get(_IMPLS_KEY, {})
+    by_id = {id(obj): name for name, obj in impls.items()}
+    check = item.nodeid.split("::", 1)[-1].split("[")[0]
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    pairs = []
+    if "impl" in callspec.params:
+        name = by_id.get(id(callspec.params["impl"]))
+        rest = [p for p in callspec.id.split("-") if p != name] if name else []
+        pairs.append((name, f"{module}::{check}" + (f"[{'-'.join(rest)}]" if rest else "")))
+    # with one implementation, the pairwise parametrisation is empty: pytest's NOTSET, skipped
+    if isinstance(callspec.params.get("impl_pair"), tuple):
+        a, b = (by_id.get(id(obj)) for obj in callspec.params["impl_pair"])
+        extra = callspec.id.replace(f"{a}-{b}", "").strip("-")
+        suffix = f"-{extra}" if extra else ""
+        pairs.append((a, f"{module}::{check}[with {b}{suffix}]"))
+        pairs.append((b, f"{module}::{check}[with {a}{suffix}]"))
+    return [(n, c) for n, c in pairs if n]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    results = item.config.stash.get(_RESULTS_KEY, None)
+    if results is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if report.passed:
+            status = "passed"
+        elif report.skipped:
+            reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+            status = NOT_APPLICABLE if NOT_APPLICABLE in reason else "skipped"
+        else:
+            status = "failed"
+        for name, check in _names_of(item):
+            results.setdefault(name, {})[check] = status
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    results = config.stash.get(_RESULTS_KEY, None)
+    if not results:
+        return
+    import jax
+
+    from shared.protocol import framework_of
+
+    impls = {}
+    for name, impl in config.stash.get(_IMPLS_KEY, {}).items():
+        if isinstance(impl, Exception):
+            continue
+        framework, version = framework_of(impl)
+        impls[name] = {"name": impl.name, "framework": framework, "version": version}
+    report = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "python": platform.python_version(),
+        "implementations": impls,
+        "summary": {
+            name: {s: sum(1 for v in checks.values() if v == s) for s in _STATUSES}
+            for name, checks in results.items()
+        },
+        "results": results,
+    }
+    path = Path(config.getoption("conformance_report")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+    config.stash[_RESULTS_KEY] = {"_written": str(path), **results}
+
+
+_STATUSES = ("passed", "failed", "skipped", NOT_APPLICABLE)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS_KEY, None)
+    if not results or "_written" not in results:
+        return
+    terminalreporter.section("cvae-rosetta conformance")
+    for name, checks in results.items():
+        if name == "_written":
+            continue
+        counts = ", ".join(
+            f"{sum(1 for v in checks.values() if v == s)} {s}"
+            for s in _STATUSES
+            if any(v == s for v in checks.values())
+        )
+        terminalreporter.write_line(f"{name}: {counts}")
+    terminalreporter.write_line(f"report: {results['_written']}")

@@ -12,9 +12,9 @@ def condition(h: jax.Array, c: jax.Array, num_classes: int) -> jax.Array:
 
 
 def split_moments(s: jax.Array, latent_dim: int) -> tuple[jax.Array, jax.Array]:
-    """``(mean, logvar)`` from the latent layer's ``[B, 2L]`` output, in float32."""
+    """``(mean, logvar)`` from the latent layer's ``[..., 2L]`` output, in float32."""
     s = s.astype(jnp.float32)
-    return s[:, :latent_dim], s[:, latent_dim:]
+    return s[..., :latent_dim], s[..., latent_dim:]
 
 
 def reparameterize(mean: jax.Array, logvar: jax.Array, eps: jax.Array) -> jax.Array:

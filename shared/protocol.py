@@ -118,7 +118,7 @@ class Adapter:
     def decode(self, state: Any, z: jax.Array, c: jax.Array) -> jax.Array:
         model = state.config.model
         check_latent(z, model.latent_dim)
-        check_labels(c, model.num_classes, rows=z.shape[0])
+        check_labels(c, model.num_classes, rows=z.shape[0], of="z")
         return self.decode_fn(state, z, c)
 
     @staticmethod
@@ -157,6 +157,7 @@ BUILTIN: dict[str, Builtin] = {
     "flax_linen": Builtin("impls.flax_linen:implementation", "flax", "flax", "flax"),
     "flax_nnx": Builtin("impls.flax_nnx:implementation", "flax", "flax", "flax"),
     "haiku": Builtin("impls.haiku_impl:implementation", "haiku", "dm-haiku", "haiku"),
+    "equinox": Builtin("impls.equinox_impl:implementation", "equinox", "equinox", "equinox"),
 }
 
 

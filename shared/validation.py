@@ -29,6 +29,19 @@ def _is_concrete(array: Any) -> bool:
     return not isinstance(array, jax.core.Tracer)
 
 
+def _finite(array: Any, field: str) -> np.ndarray:
+    """``array`` as float64 on the host, refused if any entry is NaN or infinite."""
+    values = np.asarray(array, dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise InputError(
+            f"{field}: expected finite values, got {values[row, col]} at [{row}, {col}] "
+            f"({int(bad.sum())} non-finite in all)"
+        )
+    return values
+
+
 def check_features(x: Any, input_dim: int, *, field: str = "x") -> None:
     """``x`` is a float array of shape ``[B, input_dim]`` with B >= 1, finite, in [0, 1]."""
     shape = getattr(x, "shape", None)
@@ -49,14 +62,7 @@ def check_features(x: Any, input_dim: int, *, field: str = "x") -> None:
     if not jnp.issubdtype(dtype, jnp.floating):
         raise InputError(f"{field}: expected a floating dtype, got dtype {dtype}")
     if _is_concrete(x):
-        values = np.asarray(x, dtype=np.float64)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            raise InputError(
-                f"{field}: expected finite values, got {values[row, col]} at [{row}, {col}] "
-                f"({int(bad.sum())} non-finite in all)"
-            )
+        values = _finite(x, field)
         out = (values < 0) | (values > 1)
         if out.any():
             row, col = np.argwhere(out)[0]
@@ -66,7 +72,9 @@ def check_features(x: Any, input_dim: int, *, field: str = "x") -> None:
             )
 
 
-def check_labels(c: Any, num_classes: int, *, rows: int | None = None, field: str = "c") -> None:
+def check_labels(
+    c: Any, num_classes: int, *, rows: int | None = None, field: str = "c", of: str = "x"
+) -> None:
     """``c`` is an integer array of shape ``[B]`` with labels in ``[0, num_classes)``."""
     shape = getattr(c, "shape", None)
     dtype = getattr(c, "dtype", None)
@@ -77,7 +85,7 @@ def check_labels(c: Any, num_classes: int, *, rows: int | None = None, field: st
     if shape[0] < 1:
         raise InputError(f"{field}: expected at least one label (B >= 1), got shape {tuple(shape)}")
     if rows is not None and shape[0] != rows:
-        raise InputError(f"{field}: expected {rows} labels, one per row of x, got {shape[0]}")
+        raise InputError(f"{field}: expected {rows} labels, one per row of {of}, got {shape[0]}")
     if not jnp.issubdtype(dtype, jnp.integer):
         raise InputError(f"{field}: expected an integer dtype, got dtype {dtype}")
     if _is_concrete(c):
@@ -107,5 +115,5 @@ def check_latent(z: Any, latent_dim: int, *, field: str = "z") -> None:
         raise field_error(InputError, field, f"an array of shape [B, {latent_dim}], B >= 1", z)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise InputError(f"{field}: expected a floating dtype, got dtype {dtype}")
-    if _is_concrete(z) and not np.isfinite(np.asarray(z, dtype=np.float64)).all():
-        raise InputError(f"{field}: expected finite values, got non-finite entries")
+    if _is_concrete(z):
+        _finite(z, field)

@@ -1,0 +1,502 @@
+"""Deliberately broken implementations: the reference with one plausible porting bug each.
+
+Every one reuses ``impls/pure_jax.py``'s functions and :class:`shared.protocol.Adapter` and changes
+one thing. Each is a module attribute, so the suite can be pointed at it::
+
+    pytest --pyargs conformance --impl conformance.meta_tests.broken:kl_missing_half
+
+``BUGS`` maps each name to the one-line docstring saying which real-world mistake it models, in
+definition order; ``conformance/meta_tests/test_meta.py`` runs the suite on every entry and asserts
+that it fails. Adding a function decorated with :func:`bug` adds a case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from impls import pure_jax
+from shared.canonical import layer_sizes
+from shared.config import Config, LossConfig, OptimConfig
+from shared.losses import bernoulli_recon, kl_terms
+from shared.model import condition, noise, reparameterize, split_moments
+from shared.optim import make_optimizer
+from shared.protocol import Adapter
+from shared.state import TrainState
+from shared.validation import Batch, check_batch, check_features, check_labels, check_latent
+
+BASE = pure_jax.implementation
+BUGS: dict[str, str] = {}  # name -> the docstring of its bug, in definition order
+
+
+def bug(build: Callable[[], Adapter]) -> Adapter:
+    """Register ``build``'s adapter under the function's name, with its docstring as the bug."""
+    doc = " ".join((build.__doc__ or "").split())
+    assert doc, f"{build.__name__}: every broken implementation says what it models"
+    impl = build()
+    impl = dataclasses.replace(impl, name=f"broken:{build.__name__}", extras={"bug": doc})
+    BUGS[build.__name__] = doc
+    return impl
+
+
+def _rebuild(cls: type[Adapter], **changes) -> Adapter:
+    """The reference's adapter as an instance of ``cls`` (an Adapter with a method changed)."""
+    fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Adapter)}
+    return cls(**(fields | changes))
+
+
+# --- the pieces a bug replaces --------------------------------------------------------------------
+
+
+def _encoder(*, cond=condition, split=split_moments):
+    def encode(params, x, c, model):
+        h = cond(x.astype(model.compute_dtype), c, model.num_classes)
+        s = pure_jax.dense(params["latent"], pure_jax.mlp(params["encoder"], h))
+        return split(s, model.latent_dim)
+
+    return encode
+
+
+def _decoder(*, cond=condition, relu_output=False, output=lambda logits: logits):
+    def decode(params, z, c, model):
+        *hidden, out = params["decoder"]
+        h = pure_jax.mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes))
+        logits = pure_jax.dense(out, h)
+        if relu_output:
+            logits = jax.nn.relu(logits)
+        return output(logits).astype(jnp.float32)
+
+    return decode
+
+
+def _objective(*, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean):
+    """``shared.losses.cvae_loss`` with one of its reductions swappable."""
+
+    def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
+        if loss.kind == "bernoulli":
+            recon = bernoulli_reduce(bernoulli_recon(logits, x))
+            kl_value = bernoulli_reduce(jnp.sum(kl(mean, logvar), axis=-1))
+        else:
+            squared = jnp.square(jax.nn.sigmoid(logits.astype(jnp.float32)) - x)
+            recon = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
+            kl_value = jnp.mean(kl(mean, logvar))
+        total = recon + loss.beta * kl_value
+        return total, {"loss": total, "recon": recon, "kl": kl_value}
+
+    return cvae_loss
+
+
+def _pipeline(
+    *,
+    encode=pure_jax.encode,
+    decode=pure_jax.decode,
+    reparam=reparameterize,
+    objective=None,
+    **changes,
+) -> Adapter:
+    """The reference's adapter with its forward pass or loss built from other pieces."""
+    from shared.losses import cvae_loss
+
+    objective = objective or cvae_loss
+
+    def loss_fn(params, batch, eps, config):
+        mean, logvar = encode(params, batch.x, batch.c, config.model)
+        z = reparam(mean, logvar, eps)
+        return objective(
+            decode(params, z, batch.c, config.model), batch.x, mean, logvar, config.loss
+        )
+
+    def train_step(state, batch, eps):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
+        return state.apply_gradients(grads), metrics
+
+    fields = dict(
+        loss_fn=lambda state, batch, eps: loss_fn(state.params, batch, eps, state.config),
+        train_step_fn=train_step,
+        encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
+        decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
+    )
+    return dataclasses.replace(BASE, **(fields | changes))
+
+
+def _state_with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]):
+    """``from_canonical`` for a state whose optimiser is ``make(config.optim)``, not the spec's."""
+
+    def create(params, config: Config) -> TrainState:
+        tx = make(config.optim)
+        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), config, tx)
+
+    return create
+
+
+def _init_with(create):
+    return lambda key, config: create(pure_jax.init_params(key, config.model), config)
+
+
+# --- the loss -------------------------------------------------------------------------------------
+
+
+@bug
+def kl_missing_half():
+    """The KL term written without its 0.5 (``exp(logvar) + mean^2 - 1 - logvar``), a factor-2 slip
+    copying the formula."""
+    return _pipeline(objective=_objective(kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv))
+
+
+@bug
+def std_as_exp_logvar():
+    """The reparameterisation takes the standard deviation as ``exp(logvar)`` instead of
+    ``exp(0.5 * logvar)`` (the output read as a log-std)."""
+    return _pipeline(reparam=lambda mean, logvar, eps: mean + jnp.exp(logvar) * eps)
+
+
+@bug
+def loss_summed_over_batch():
+    """The Bernoulli loss summed over the batch where the spec averages (PyTorch's
+    ``reduction='sum'`` habit), so its scale grows with the batch size."""
+    return _pipeline(objective=_objective(bernoulli_reduce=jnp.sum))
+
+
+@bug
+def mse_summed_over_pixels():
+    """The ``mse`` reconstruction summed over pixels like the Bernoulli one, where the source
+    guide's definition is a mean over every element."""
+    return _pipeline(objective=_objective(mse_pixel_reduce=jnp.sum))
+
+
+@bug
+def logits_as_probabilities():
+    """``decode`` returns ``sigmoid`` probabilities (a Keras ``activation='sigmoid'`` output
+    layer), and the loss then feeds them to a cross-entropy that expects logits."""
+    return _pipeline(decode=_decoder(output=jax.nn.sigmoid))
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+def _encode_without_label(params, x, c, model):
+    first, *rest = params["encoder"]
+    h = x.astype(model.compute_dtype)
+    h = jax.nn.relu(pure_jax.dense({**first, "kernel": first["kernel"][: model.input_dim]}, h))
+    s = pure_jax.dense(params["latent"], pure_jax.mlp(rest, h))
+    return split_moments(s, model.latent_dim)
+
+
+@bug
+def encoder_ignores_label():
+    """The encoder is fed ``x`` alone, as in the source guide's ``VAE``: only the decoder sees the
+    label (the label rows of the first encoder kernel are never read)."""
+    return _pipeline(encode=_encode_without_label)
+
+
+def _one_hot_10(h, c, num_classes):
+    del num_classes
+    return jnp.concatenate([h, jax.nn.one_hot(c, 10, dtype=h.dtype)], axis=-1)
+
+
+@bug
+def one_hot_hardcoded_10():
+    """``one_hot(c, 10)`` hard-coded from an MNIST port instead of ``config.model.num_classes``:
+    right for ten labels, wrong for any other number."""
+    return _pipeline(encode=_encoder(cond=_one_hot_10), decode=_decoder(cond=_one_hot_10))
+
+
+@bug
+def latent_split_swapped():
+    """The latent layer's output split the other way round, ``logvar, mean = split(s, 2)``."""
+    return _pipeline(encode=_encoder(split=lambda s, n: split_moments(s, n)[::-1]))
+
+
+@bug
+def relu_on_output_layer():
+    """The decoder's MLP loop applies its ReLU after every layer, the output layer included, so
+    no logit is ever negative."""
+    return _pipeline(decode=_decoder(relu_output=True))
+
+
+# --- the conversion to and from canonical parameters ---------------------------------------------
+
+
+def _transpose_latent(params):
+    latent = params["latent"]
+    return {**params, "latent": {**latent, "kernel": latent["kernel"].T}}
+
+
+@bug
+def latent_kernel_transposed():
+    """A converter copied from an ``[out, in]`` framework (Equinox) transposes the latent kernel
+    both ways while the model reads ``[in, out]``: the round trip is exact, and the latent layer
+    being square (16 x 16 in the suite's model, 64 x 64 by default) hides it from shape checks."""
+    return dataclasses.replace(
+        BASE,
+        from_canonical_fn=lambda params, config: pure_jax.create_state(
+            _transpose_latent(params), config
+        ),
+        to_canonical_fn=lambda state: _transpose_latent(state.params),
+    )
+
+
+def _without_biases(params):
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: jnp.zeros_like(leaf) if path[-1].key == "bias" else leaf, params
+    )
+
+
+@bug
+def biases_dropped_in_conversion():
+    """``from_canonical`` copies the kernels only, so every bias keeps its zero initial value."""
+    return dataclasses.replace(
+        BASE,
+        from_canonical_fn=lambda params, config: pure_jax.create_state(
+            _without_biases(params), config
+        ),
+    )
+
+
+class _NoCopyAdapter(Adapter):
+    def to_canonical(self, state):
+        return self.to_canonical_fn(state)  # the state's own buffers, not copies
+
+
+@bug
+def canonical_views_of_donated_buffers():
+    """``to_canonical`` hands out the state's own buffers instead of copies: once a step donates
+    the state, the caller's canonical tree is deleted under it."""
+    return _rebuild(_NoCopyAdapter)
+
+
+def _bf16_master(params, config: Config):
+    dtype = jnp.dtype(config.model.compute_dtype)
+    return pure_jax.create_state(jax.tree.map(lambda p: p.astype(dtype), params), config)
+
+
+@bug
+def parameters_stored_in_compute_dtype():
+    """Mixed precision done by storing the parameters in the compute dtype: under bfloat16 the
+    master weights are bfloat16 (the spec keeps them float32), so conversions and small updates
+    lose bits."""
+    return dataclasses.replace(
+        BASE,
+        init_fn=lambda key, config: _bf16_master(pure_jax.init_params(key, config.model), config),
+        from_canonical_fn=_bf16_master,
+        to_canonical_fn=lambda state: jax.tree.map(lambda p: p.astype(jnp.float32), state.params),
+    )
+
+
+def _encode_f32(params, x, c, model):
+    return pure_jax.encode(params, x, c, dataclasses.replace(model, compute_dtype="float32"))
+
+
+def _decode_f32(params, z, c, model):
+    return pure_jax.decode(params, z, c, dataclasses.replace(model, compute_dtype="float32"))
+
+
+@bug
+def compute_dtype_ignored():
+    """``compute_dtype`` is never read (a Flax ``Dense`` built without ``dtype=``): a bfloat16
+    configuration silently computes in float32."""
+    return _pipeline(encode=_encode_f32, decode=_decode_f32)
+
+
+# --- initialisation -------------------------------------------------------------------------------
+
+
+def _uniform_params(key, model):
+    """Equinox's ``Linear`` default: kernel and bias uniform in +-1/sqrt(fan_in)."""
+    sizes = layer_sizes(model)
+    keys = iter(jax.random.split(key, 2 * sum(len(group) for group in sizes.values())))
+
+    def layer(fan_in, fan_out):
+        bound = 1.0 / jnp.sqrt(fan_in)
+        return {
+            "kernel": jax.random.uniform(
+                next(keys), (fan_in, fan_out), minval=-bound, maxval=bound
+            ),
+            "bias": jax.random.uniform(next(keys), (fan_out,), minval=-bound, maxval=bound),
+        }
+
+    return {
+        "encoder": [layer(*s) for s in sizes["encoder"]],
+        "latent": layer(*sizes["latent"][0]),
+        "decoder": [layer(*s) for s in sizes["decoder"]],
+    }
+
+
+@bug
+def uniform_init():
+    """Equinox's default ``Linear`` initialisation kept (uniform in +-1/sqrt(fan_in), biases
+    included) instead of the spec's LeCun normal with zero biases."""
+    return dataclasses.replace(
+        BASE,
+        init_fn=lambda key, config: pure_jax.create_state(
+            _uniform_params(key, config.model), config
+        ),
+    )
+
+
+# --- optimisation ---------------------------------------------------------------------------------
+
+
+def _frozen_opt_state_step(state, batch, eps):
+    new, metrics = pure_jax.train_step(state, batch, eps)
+    return new.replace(opt_state=state.opt_state), metrics
+
+
+@bug
+def optimizer_state_not_advanced():
+    """The new optimiser state is computed and dropped (``updates, _ = tx.update(...)``), so Adam
+    restarts every step: its moments stay zero and its bias correction is stuck at step 1."""
+    return dataclasses.replace(BASE, train_step_fn=_frozen_opt_state_step)
+
+
+@functools.cache
+def _adam_without_decay(optim: OptimConfig) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
+    )
+
+
+def _l2_train_step(state, batch, eps):
+    decay = state.config.optim.weight_decay
+
+    def objective(params):
+        loss, metrics = pure_jax.loss_fn(params, batch, eps, state.config)
+        l2 = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
+        return loss + 0.5 * decay * l2, metrics
+
+    (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+    return state.apply_gradients(grads), metrics
+
+
+@bug
+def weight_decay_as_l2_loss():
+    """Weight decay added to the loss as an L2 penalty and fed through plain Adam (the
+    ``torch.optim.Adam(weight_decay=...)`` habit) instead of AdamW's decoupled decay."""
+    create = _state_with_optimizer(_adam_without_decay)
+    return dataclasses.replace(
+        BASE, init_fn=_init_with(create), from_canonical_fn=create, train_step_fn=_l2_train_step
+    )
+
+
+@functools.cache
+def _adamw_without_clipping(optim: OptimConfig) -> optax.GradientTransformation:
+    return optax.adamw(
+        optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+    )
+
+
+@bug
+def gradient_clipping_missing():
+    """The optimiser built as ``optax.adamw`` alone: ``clip_by_global_norm(clip_norm)`` is
+    forgotten (harmless-looking, because Adam's first step does not depend on the gradient's
+    scale)."""
+    create = _state_with_optimizer(_adamw_without_clipping)
+    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+
+
+def _retracing_step(state, batch, eps):
+    new, metrics = pure_jax.train_step(state, batch, eps)
+    # an uncached make_optimizer: a fresh transformation, unequal to the last one, every step
+    return new.replace(tx=make_optimizer.__wrapped__(state.config.optim)), metrics
+
+
+@bug
+def optimizer_rebuilt_every_step():
+    """The optax transformation is rebuilt inside the step (an uncached ``make_optimizer``), so
+    the state's static metadata compares unequal after every step and a jitted step silently
+    retraces on every call."""
+    return dataclasses.replace(BASE, train_step_fn=_retracing_step)
+
+
+# --- randomness -----------------------------------------------------------------------------------
+
+
+class _FixedKeyAdapter(Adapter):
+    @staticmethod
+    def _noise(state, batch, key):
+        return Adapter._noise(state, batch, jax.random.key(0))
+
+
+@bug
+def key_ignored():
+    """The noise comes from a key made once at start-up (``key = PRNGKey(0)`` closed over) and
+    the key passed in is ignored: the same noise on every step."""
+    return _rebuild(_FixedKeyAdapter)
+
+
+_CALLS = itertools.count()
+
+
+class _GlobalRngAdapter(Adapter):
+    @staticmethod
+    def _noise(state, batch, key):
+        return Adapter._noise(state, batch, jax.random.fold_in(key, next(_CALLS)))
+
+
+@bug
+def hidden_rng_state():
+    """A global generator advanced on every call (the NumPy/PyTorch habit) mixed into the key:
+    the same key gives different noise on different calls."""
+    return _rebuild(_GlobalRngAdapter)
+
+
+class _RowNoiseAdapter(Adapter):
+    @staticmethod
+    def _noise(state, batch, key):
+        check_batch(batch, state.config.model.input_dim, state.config.model.num_classes)
+        row = noise(key, 1, state.config.model.latent_dim)[0]  # shape (L,)
+        return jnp.broadcast_to(row, (batch.x.shape[0], row.shape[0]))
+
+
+@bug
+def noise_shared_by_all_rows():
+    """The noise drawn with shape ``(L,)`` and broadcast over the batch: every row of a step gets
+    the same ``eps``."""
+    return _rebuild(_RowNoiseAdapter)
+
+
+# --- input validation -----------------------------------------------------------------------------
+
+
+def _check_labels_shape_only(c, num_classes, *, rows=None, field="c"):
+    """check_labels without the range check (the values are replaced by zeros before it)."""
+    if hasattr(c, "shape") and hasattr(c, "dtype"):
+        c = jnp.zeros_like(c)
+    check_labels(c, num_classes, rows=rows, field=field)
+
+
+class _UncheckedLabelsAdapter(Adapter):
+    def encode(self, state, x, c):
+        check_features(x, state.config.model.input_dim)
+        _check_labels_shape_only(c, state.config.model.num_classes, rows=x.shape[0])
+        return self.encode_fn(state, x, c)
+
+    def decode(self, state, z, c):
+        check_latent(z, state.config.model.latent_dim)
+        _check_labels_shape_only(c, state.config.model.num_classes, rows=z.shape[0])
+        return self.decode_fn(state, z, c)
+
+    @staticmethod
+    def _noise(state, batch, key):
+        c = getattr(batch, "c", None)
+        if hasattr(c, "shape") and hasattr(c, "dtype"):
+            batch = Batch(batch.x, jnp.zeros_like(c))  # checked, but for shape and dtype only
+        return Adapter._noise(state, batch, key)
+
+
+@bug
+def labels_not_range_checked():
+    """Labels checked for shape and dtype but not range: ``jax.nn.one_hot`` silently maps an
+    out-of-range label to a zero row and the model trains on it."""
+    return _rebuild(_UncheckedLabelsAdapter)
+
+
+NAMES: list[str] = list(BUGS)

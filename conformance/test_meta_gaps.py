@@ -1,0 +1,150 @@
+"""Checks added because a deliberately broken implementation passed the rest of the suite.
+
+Each closes a gap that ``conformance/meta_tests`` found (``docs/meta_tests.md`` lists which bug
+each one catches). Like every conformance check, they touch only the protocol and compare with the
+float64 NumPy reference of ``conformance.reference``.
+
+- Clipping: Adam's first update ``lr * g / (|g| + eps)`` does not depend on the gradient's scale,
+  so one step at the usual clip norm cannot see whether the gradient was clipped; a clip norm that
+  brings the gradient down to Adam's ``eps`` can.
+- Later steps: the first step of a fresh Adam equals the first step of an Adam whose state never
+  advances; only the second and later steps tell them apart.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conformance import reference
+from conformance.common import (
+    CONFIG,
+    MODEL,
+    B,
+    at_path,
+    make_batch,
+    reference_params,
+    spec_noise,
+)
+from shared.config import OptimConfig
+
+
+def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
+    """SPEC section 5, built here from the config's fields (not from the shared code)."""
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        optax.adamw(
+            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+        ),
+    )
+
+
+def as32(tree):
+    return jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), tree)
+
+
+# --- clipping -------------------------------------------------------------------------------------
+
+
+def test_clipping_is_applied_before_adam(impl):
+    """With ``clip_norm`` 1e-6 the clipped gradient's entries are near Adam's eps (1e-8), so the
+    first update ``lr * g / (|g| + eps)`` shrinks where ``|g|`` is small: without the clipping it
+    would be ``lr * sign(g)`` everywhere. The update is a smooth function of ``g`` at this scale,
+    so every entry is compared."""
+    params = reference_params(jax.random.key(42))
+    batch = make_batch(jax.random.key(7))
+    optim = OptimConfig(clip_norm=1e-6)
+    config = CONFIG.replace(optim=optim)
+    key = jax.random.key(25)
+    state, _ = impl.train_step(impl.from_canonical(params, config), batch, key)
+    got = impl.to_canonical(state)
+
+    eps = spec_noise(key, B, MODEL.latent_dim)
+    ref = reference.loss_and_grad(params, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
+    tx = spec_optimizer(optim)
+    grads = as32(ref.grads)
+    want = optax.apply_updates(params, tx.update(grads, tx.init(params), params)[0])
+    unclipped = spec_optimizer(OptimConfig(clip_norm=1e30))
+    without = optax.apply_updates(
+        params, unclipped.update(grads, unclipped.init(params), params)[0]
+    )
+
+    lr = optim.learning_rate
+    # the check has teeth: clipping changes the reference's own update by a good part of lr
+    gap = max(
+        jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), want, without))
+    )
+    assert gap > 0.3 * lr
+    for path, w in jax.tree_util.tree_leaves_with_path(want):
+        np.testing.assert_allclose(
+            at_path(got, path), w, rtol=0, atol=1e-3 * lr, err_msg=jax.tree_util.keystr(path)
+        )
+
+
+# --- later steps ----------------------------------------------------------------------------------
+
+STEPS = 3
+
+
+def adam_bound(t: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """The largest ``|m_hat / sqrt(v_hat)|`` of Adam's step ``t`` over all gradient histories
+    (Cauchy-Schwarz on the two moving averages); 1 at the first step."""
+    ratio = sum((b1 * b1 / b2) ** k for k in range(t))
+    return np.sqrt(1 - b2**t) / (1 - b1**t) * (1 - b1) / np.sqrt(1 - b2) * np.sqrt(ratio)
+
+
+@pytest.mark.parametrize(
+    "optim", [OptimConfig(), OptimConfig(learning_rate=3e-3, clip_norm=0.5, weight_decay=0.1)]
+)
+def test_later_steps_follow_the_reference_optimizer(impl, optim):
+    """Three steps on three batches: each step, from the parameters the implementation reached,
+    equals the reference gradient there fed through the spec's optimiser, whose state the check
+    carries along. Entries whose gradients have been at float32 noise level on every step so far
+    are held only to Adam's bound on an update's size."""
+    config = CONFIG.replace(optim=optim)
+    lr = optim.learning_rate
+    tx = spec_optimizer(optim)
+    params = reference_params(jax.random.key(42))
+    state = impl.from_canonical(params, config)
+    ref_state = tx.init(params)
+    fresh_state = tx.init(params)
+    squares = jax.tree.map(lambda p: np.zeros(p.shape), params)  # sum of squared clipped grads
+    for t in range(STEPS):
+        batch, key = make_batch(jax.random.key(60 + t)), jax.random.key(70 + t)
+        before = impl.to_canonical(state)
+        state, _ = impl.train_step(state, batch, key)
+        got = impl.to_canonical(state)
+
+        eps = spec_noise(key, B, MODEL.latent_dim)
+        ref = reference.loss_and_grad(before, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
+        norm = np.sqrt(sum(np.sum(g**2) for g in jax.tree.leaves(ref.grads)))
+        clip = min(1.0, optim.clip_norm / norm)
+        squares = jax.tree.map(lambda s, g, c=clip: s + (c * g) ** 2, squares, ref.grads)
+        grads = as32(ref.grads)
+        updates, ref_state = tx.update(grads, ref_state, before)
+        want = optax.apply_updates(before, updates)
+        if t > 0:
+            # the check has teeth: an Adam restarted at every step would move elsewhere
+            restarted = optax.apply_updates(before, tx.update(grads, fresh_state, before)[0])
+            gaps = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)), want, restarted)
+            assert (
+                np.mean(np.concatenate([g.ravel() for g in jax.tree.leaves(gaps)]) > 0.1 * lr) > 0.1
+            )
+
+        for path, s in jax.tree_util.tree_leaves_with_path(squares):
+            p0, p1, w = (np.asarray(at_path(tree, path)) for tree in (before, got, want))
+            rms = np.sqrt(s)
+            reliable = rms > 1e-3 * rms.max()
+            np.testing.assert_allclose(
+                p1[reliable],
+                w[reliable],
+                rtol=1e-6,
+                atol=1e-3 * lr,
+                err_msg=f"step {t + 1}: {jax.tree_util.keystr(path)}",
+            )
+            bound = lr * adam_bound(t + 1) * (1 + 1e-4)
+            bound = bound + lr * optim.weight_decay * (np.abs(p0) + 1e-6)
+            assert np.all(np.abs(p1 - p0) <= bound), f"step {t + 1}: {jax.tree_util.keystr(path)}"

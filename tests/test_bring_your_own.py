@@ -1,0 +1,287 @@
+"""``template/my_impl.py``, filled in outside the repository, passes the conformance suite.
+
+The template is copied into a package in a temporary folder (``byo_pkg``), each of its placeholders
+(a function that ends in ``raise NotImplementedError``) is replaced by a small plain-JAX
+implementation written below, and the suite and ``cvae train`` run on it in subprocesses, exactly as
+a user outside the repository runs them; the filled template also trains for an epoch. The
+template as it is must fail the suite, so it cannot pass by accident.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template" / "my_impl.py"
+TARGET = "byo_pkg.my_impl:implementation"
+
+
+def _layout():
+    """``tests/test_layout.py``'s section names and marker pattern, imported by path (``tests`` is
+    not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "_layout_rules", ROOT / "tests" / "test_layout.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SECTIONS, module.MARKER
+
+
+SECTIONS, MARKER = _layout()
+
+# A plain-JAX CVAE for the template's placeholders. Its parameters are not the canonical tree (a
+# flat dict, kernels stored [out, in] as "w"), so the converters have real work to do.
+FILL = {
+    "build_model": '''
+        @functools.cache
+        def build_model(model: ModelConfig) -> Any:
+            """``(encode, decode)`` over a flat parameter dict, in the compute dtype."""
+            dtype = jnp.dtype(model.compute_dtype)
+            n_enc, n_dec = len(model.encoder_dims), len(model.decoder_dims)
+
+            def dense(layer, h):
+                return h @ layer["w"].T.astype(dtype) + layer["b"].astype(dtype)
+
+            def encode(params, x, c):
+                h = condition(x.astype(dtype), c, model.num_classes)
+                for i in range(n_enc):
+                    h = jax.nn.relu(dense(params[f"enc{i}"], h))
+                return split_moments(dense(params["latent"], h), model.latent_dim)
+
+            def decode(params, z, c):
+                h = condition(z.astype(dtype), c, model.num_classes)
+                for i in range(n_dec):
+                    h = jax.nn.relu(dense(params[f"dec{i}"], h))
+                return dense(params[f"dec{n_dec}"], h).astype(jnp.float32)
+
+            return encode, decode
+    ''',
+    "init_params": '''
+        def init_params(key: jax.Array, model: ModelConfig) -> Params:
+            """LeCun-normal kernels, zero biases, as a flat dict of [out, in] kernels."""
+            sizes = layer_sizes(model)
+            names = [f"enc{i}" for i in range(len(sizes["encoder"]))] + ["latent"]
+            names += [f"dec{i}" for i in range(len(sizes["decoder"]))]
+            shapes = [*sizes["encoder"], *sizes["latent"], *sizes["decoder"]]
+            init = jax.nn.initializers.lecun_normal()
+            keys = jax.random.split(key, len(names))
+            return {
+                name: {
+                    "w": init(k, (fan_in, fan_out), jnp.float32).T,
+                    "b": jnp.zeros((fan_out,), jnp.float32),
+                }
+                for name, k, (fan_in, fan_out) in zip(names, keys, shapes, strict=True)
+            }
+    ''',
+    "to_canonical_params": """
+        def to_canonical_params(params: Params, model: ModelConfig) -> Canonical:
+            def layer(name):
+                return {"kernel": params[name]["w"].T, "bias": params[name]["b"]}
+
+            return {
+                "encoder": [layer(f"enc{i}") for i in range(len(model.encoder_dims))],
+                "latent": layer("latent"),
+                "decoder": [layer(f"dec{i}") for i in range(len(model.decoder_dims) + 1)],
+            }
+    """,
+    "from_canonical_params": """
+        def from_canonical_params(canonical: Canonical, model: ModelConfig) -> Params:
+            def layer(p):
+                return {"w": p["kernel"].T, "b": p["bias"]}
+
+            params = {f"enc{i}": layer(p) for i, p in enumerate(canonical["encoder"])}
+            params["latent"] = layer(canonical["latent"])
+            params.update({f"dec{i}": layer(p) for i, p in enumerate(canonical["decoder"])})
+            return params
+    """,
+    "encode": """
+        def encode(params: Params, x: jax.Array, c: jax.Array, model: ModelConfig):
+            return build_model(model)[0](params, x, c)
+    """,
+    "decode": """
+        def decode(params: Params, z: jax.Array, c: jax.Array, model: ModelConfig) -> jax.Array:
+            return build_model(model)[1](params, z, c)
+    """,
+}
+
+
+def _is_placeholder(node: ast.AST) -> bool:
+    if not isinstance(node, ast.FunctionDef):
+        return False
+    last = node.body[-1]
+    return (
+        isinstance(last, ast.Raise)
+        and isinstance(last.exc, ast.Call)
+        and getattr(last.exc.func, "id", None) == "NotImplementedError"
+    )
+
+
+def placeholders(source: str) -> list[str]:
+    """Names of the top-level functions that end in ``raise NotImplementedError(...)``."""
+    return [node.name for node in ast.parse(source).body if _is_placeholder(node)]
+
+
+def raises_left(source: str) -> int:
+    """How many ``raise NotImplementedError`` statements are left anywhere in ``source``."""
+    return sum(
+        isinstance(node, ast.Raise)
+        and "NotImplementedError" in ast.unparse(node.exc if node.exc is not None else node)
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def fill(source: str, name: str, code: str) -> str:
+    """``source`` with the placeholder function ``name`` (decorators included) replaced by
+    ``code``; fails loudly if there is no such placeholder, or if ``code`` does not define it."""
+    nodes = [n for n in ast.parse(source).body if getattr(n, "name", None) == name]
+    if len(nodes) != 1:
+        raise AssertionError(f"template: expected one function {name!r}, found {len(nodes)}")
+    (node,) = nodes
+    if not _is_placeholder(node):
+        raise AssertionError(f"template: {name!r} is not a placeholder (no NotImplementedError)")
+    code = textwrap.dedent(code).strip("\n") + "\n"
+    defined = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+    if defined != [name]:
+        raise AssertionError(f"the code for {name!r} defines {defined}, expected exactly {name!r}")
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+    lines = source.splitlines(keepends=True)
+    return "".join([*lines[:first], code, *lines[node.end_lineno :]])
+
+
+def completed_template() -> str:
+    source = TEMPLATE.read_text()
+    assert sorted(placeholders(source)) == sorted(FILL), (
+        f"the template's placeholders {placeholders(source)} are not the ones this test fills "
+        f"{sorted(FILL)}"
+    )
+    for name, code in FILL.items():
+        source = fill(source, name, code)
+    return source
+
+
+def assert_sections_in_order(source: str, what: str) -> None:
+    expected = [(kind, name) for name in SECTIONS for kind in ("start", "end")]
+    assert MARKER.findall(source) == expected, f"{what}: sections {MARKER.findall(source)}"
+
+
+def make_package(root: Path, package: str, source: str) -> None:
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "my_impl.py").write_text(source)
+
+
+def run_python(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python *args`` from ``root`` (outside the repository), with ``root`` on the path."""
+    env = dict(os.environ)
+    env.pop("CVAE_IMPL", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
+    env["CVAE_CONFORMANCE_REPORT"] = str(root / "conformance-report.json")
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def suite(
+    root: Path,
+    target: str,
+    *extra: str,
+    timeout: float,
+    modules: tuple[str, ...] = ("conformance",),
+) -> subprocess.CompletedProcess:
+    return run_python(
+        root,
+        *("-m", "pytest", "--pyargs", *modules, "--impl", target),
+        *("-p", "no:cacheprovider", *extra),  # not -q: it would hide the report header
+        timeout=timeout,
+    )
+
+
+# --- the template itself --------------------------------------------------------------------------
+
+
+def test_template_has_every_section_and_member():
+    source = TEMPLATE.read_text()
+    assert source.startswith('"""'), "the template has no module docstring"
+    assert_sections_in_order(source, "template/my_impl.py")
+    adapter = source.split("# --8<-- [start:adapter]")[1].split("# --8<-- [end:adapter]")[0]
+    assert "implementation = Adapter(" in adapter
+    import dataclasses
+
+    from shared.protocol import Adapter
+
+    wired = {
+        kw.arg
+        for node in ast.walk(ast.parse(adapter))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Adapter"
+        for kw in node.keywords
+    }
+    required = {f.name for f in dataclasses.fields(Adapter) if f.name != "extras"}
+    assert required <= wired, f"the template's Adapter misses {sorted(required - wired)}"
+    assert placeholders(source), "the template has no placeholders left to fill"
+
+
+def test_fill_fails_loudly():
+    source = TEMPLATE.read_text()
+    with pytest.raises(AssertionError, match="expected one function 'no_such'"):
+        fill(source, "no_such", "def no_such(): pass")
+    with pytest.raises(AssertionError, match="'create_state' is not a placeholder"):
+        fill(source, "create_state", "def create_state(): pass")
+    with pytest.raises(AssertionError, match="defines \\['other'\\]"):
+        fill(source, "encode", "def other(): pass")
+
+
+def test_the_unfilled_template_fails_the_suite(tmp_path):
+    make_package(tmp_path, "raw_pkg", TEMPLATE.read_text())
+    result = suite(tmp_path, "raw_pkg.my_impl:implementation", "-x", timeout=120)
+    output = result.stdout + result.stderr
+    # it loaded (the header names it; a failed load is a usage error): the wiring is complete
+    assert "from raw_pkg.my_impl" in output, output[-3000:]
+    assert result.returncode == 1, output[-3000:]  # 1: tests failed (not a usage error)
+    assert "NotImplementedError" in output, output[-3000:]
+
+
+# --- the template, filled in ----------------------------------------------------------------------
+
+
+def test_the_filled_template_passes_the_suite_and_trains(tmp_path):
+    source = completed_template()
+    assert not placeholders(source) and raises_left(source) == 0
+    assert_sections_in_order(source, "the filled template")
+    make_package(tmp_path, "byo_pkg", source)
+
+    # The spec checks (forward, loss, gradients, step against the float64 reference, bad input): the
+    # whole suite runs on every implementation of the repository in its own tox environment; here
+    # the point is that an outside package loads, runs and passes, within the unit tests' budget.
+    result = suite(tmp_path, TARGET, timeout=600, modules=("conformance.test_spec",))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    header = [line for line in output.splitlines() if line.strip().startswith(f"impl {TARGET}:")]
+    assert header and "from byo_pkg.my_impl" in header[0], output[:3000]
+    passed = re.search(r"(\d+) passed", output)
+    assert passed and int(passed.group(1)) > 40, output[-3000:]
+
+    out = tmp_path / "run"
+    result = run_python(
+        tmp_path,
+        *("-m", "shared.cli", "train", "--impl", TARGET, "--epochs", "1"),
+        *("--no-progress", "--out", str(out)),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (out / "summary.json").is_file() and (out / "metrics.jsonl").is_file()
+    assert "my_impl on digits" in result.stdout, result.stdout
