@@ -40,6 +40,8 @@ def bug(build: Callable[[], Adapter]) -> Adapter:
     doc = " ".join((build.__doc__ or "").split())
     assert doc, f"{build.__name__}: every broken implementation says what it models"
     impl = build()
+    # extras replaced, not merged: a broken implementation offers no capability beyond the protocol
+    # (the reference's other step paths would be unbroken, and fail test_paths for that reason)
     impl = dataclasses.replace(impl, name=f"broken:{build.__name__}", extras={"bug": doc})
     BUGS[build.__name__] = doc
     return impl

@@ -7,7 +7,7 @@ usage error) and at least one check failed: a suite that crashes at import prove
 
 Not collected by ``pytest --pyargs conformance``; run it explicitly::
 
-    pytest conformance/meta_tests                     # ~1 minute per case on two CPU cores
+    pytest conformance/meta_tests     # 1 to 2 minutes a case on two CPU cores, ~35 minutes in all
     CVAE_META_RESULTS=build/meta pytest conformance/meta_tests
     python -m conformance.meta_tests.report --results build/meta --out docs/meta_tests.md
 
