@@ -8,10 +8,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from shared.canonical import layer_sizes
-from shared.config import Config, ModelConfig
+from shared.config import Config, ModelConfig, OptimConfig
 from shared.validation import Batch
 
 # A small model of the bundled digits' shape: 64 pixels, 10 labels.
@@ -80,3 +81,13 @@ def require(impl, capability: str) -> None:
     """Report the calling check as not applicable (never as passed) without ``capability``."""
     if capability not in capabilities(impl):
         pytest.skip(f"not applicable: {getattr(impl, 'name', impl)} has no {capability!r}")
+
+
+def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
+    """SPEC section 5, built here from the config's fields (not from the shared code)."""
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        optax.adamw(
+            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+        ),
+    )

@@ -28,18 +28,9 @@ from conformance.common import (
     make_batch,
     reference_params,
     spec_noise,
+    spec_optimizer,
 )
 from shared.config import OptimConfig
-
-
-def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
-    """SPEC section 5, built here from the config's fields (not from the shared code)."""
-    return optax.chain(
-        optax.clip_by_global_norm(optim.clip_norm),
-        optax.adamw(
-            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-        ),
-    )
 
 
 def as32(tree):

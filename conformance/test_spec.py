@@ -24,6 +24,7 @@ from conformance.common import (
     make_batch,
     reference_params,
     spec_noise,
+    spec_optimizer,
 )
 from shared.config import Config, LossConfig, ModelConfig, OptimConfig
 from shared.protocol import MEMBERS
@@ -182,12 +183,7 @@ def test_train_step_matches_reference_update(impl, params, batch, optim):
 
     eps = spec_noise(key, B, MODEL.latent_dim)
     ref = reference.loss_and_grad(params, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
-    tx = optax.chain(
-        optax.clip_by_global_norm(optim.clip_norm),
-        optax.adamw(
-            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-        ),
-    )
+    tx = spec_optimizer(optim)
     grads32 = jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), ref.grads)
     updates, _ = tx.update(grads32, tx.init(params), params)
     want = optax.apply_updates(params, updates)
