@@ -48,7 +48,44 @@ def render(results: Path) -> str:
                     f"{row['max_us']:.0f} | {f'{ratio:.3f}x' if ratio else '-'} |"
                 )
         parts.append("")
+    for path in sorted(results.glob("data_parallel*.json")):
+        parts.append(render_data_parallel(path))
     return "\n".join(parts) + "\n"
+
+
+def render_data_parallel(path: Path) -> str:
+    """One table per result file of ``benchmarks/data_parallel.py``: implementation by mechanism
+    and device count, as time per step and as a ratio to the same implementation's serial step."""
+    data = json.loads(path.read_text())
+    rows = data["rows"]
+    columns = sorted({(r["mechanism"], r["devices"]) for r in rows if r["mechanism"] != "none"})
+    lines = [
+        f"## Data parallelism: `{path.name}`\n",
+        f"`benchmarks/data_parallel.py`: jax {data['jax']} on {data['backend']} "
+        f"({data['device_kind']}, {data['cpu_count']} cores), global batch {data['batch_size']}, "
+        f"{data['rounds']} rounds of {data['steps']} steps; each cell is the median step time and "
+        "its ratio to the same implementation's serial step."
+        + (
+            f" **Note: {data['note']}**, so these figures show what each mechanism costs, not "
+            "how it scales."
+            if data.get("note")
+            else ""
+        ),
+        "",
+        "| impl | serial µs | " + " | ".join(f"{m} ×{n}" for m, n in columns) + " |",
+        "|---|---:|" + "---:|" * len(columns),
+    ]
+    for impl in dict.fromkeys(r["impl"] for r in rows):
+        cell = {(r["mechanism"], r["devices"]): r for r in rows if r["impl"] == impl}
+        serial = cell[("none", 1)]["median_us"]
+        lines.append(
+            f"| {impl} | {serial:.0f} | "
+            + " | ".join(
+                f"{cell[k]['median_us']:.0f} ({cell[k]['ratio_to_serial']:.2f}x)" for k in columns
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,11 +69,14 @@ def capabilities(impl) -> set[str]:
     """What an implementation offers beyond the protocol of SPEC section 6.
 
     ``paths``: other ways to run the same train step (``extras["benchmark_paths"]`` of an
-    :class:`~shared.protocol.Adapter`). More capabilities (data-parallel steps) join as they land.
+    :class:`~shared.protocol.Adapter`). ``data_parallel``: a ``grads_fn`` (the step's gradient
+    half), which the per-device data-parallel steps (``pmap``, ``shard_map``) need.
     """
     found = set()
     if getattr(impl, "extras", {}).get("benchmark_paths"):
         found.add("paths")
+    if getattr(impl, "grads_fn", None) is not None:
+        found.add("data_parallel")
     return found
 
 

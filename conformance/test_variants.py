@@ -36,6 +36,7 @@ def run_variant(variant: str, fn, *args):
     else:
         with chex.fake_pmap(jit_result=True):
             out = jax.pmap(fn)(*_replicate(args, n))
+    out = jax.device_get(out)  # every device's row, compared on the host
     return [jax.tree.map(lambda x, i=i: x[i], out) for i in range(n)]
 
 

@@ -268,11 +268,19 @@ def make_step(
 # plain lists, which ``jax.jit`` flattens in C++, and the step rebuilds the model inside the trace
 # only (``state.params`` unflattens, ``eqx.combine`` adds the static part). It is also the pure,
 # donation-safe step the protocol asks for.
-def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
+def compute_grads(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[CVAE, Metrics]:
+    """The gradient with respect to the model's arrays (a ``CVAE`` with arrays where the model has
+    them), and the metrics. Data-parallel steps run this on each device's rows."""
+
     def loss_of(params: CVAE):
         return loss_fn(eqx.combine(params, state.structure.static), batch, eps, state.config)
 
     (_, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    return grads, metrics
+
+
+def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
+    grads, metrics = compute_grads(state, batch, eps)
     return state.apply_gradients(grads), metrics
 
 
@@ -303,6 +311,7 @@ implementation = Adapter(
     to_canonical_fn=lambda state: to_canonical(state.params),
     loss_fn=lambda state, batch, eps: loss_fn(state.model, batch, eps, state.config),
     train_step_fn=train_step,
+    grads_fn=compute_grads,
     encode_fn=lambda state, x, c: encode(state.model, x, c),
     decode_fn=lambda state, z, c: decode(state.model, z, c),
     extras={"benchmark_paths": {"eqx.filter_jit": filter_jit_path}},

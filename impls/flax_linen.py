@@ -196,13 +196,20 @@ def loss_fn(params: dict, state: TrainState, batch: Batch, eps: jax.Array):
     return cvae_loss(logits, batch.x, mean, logvar, state.config.loss)
 
 
+def compute_grads(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[dict, Metrics]:
+    """The gradient of the batch's loss with respect to ``state.params``, and its metrics: one
+    reverse-mode pass. Data-parallel steps run this on each device's rows."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    (_, metrics), grads = grad_fn(state.params, state, batch, eps)
+    return grads, metrics
+
+
 # --8<-- [end:loss]
 
 
 # --8<-- [start:train_step]
 def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    (_, metrics), grads = grad_fn(state.params, state, batch, eps)
+    grads, metrics = compute_grads(state, batch, eps)
     return state.apply_gradients(grads=grads), metrics
 
 
@@ -226,6 +233,7 @@ implementation = Adapter(
     to_canonical_fn=lambda state: to_canonical_params(state.params, state.config.model),
     loss_fn=lambda state, batch, eps: loss_fn(state.params, state, batch, eps),
     train_step_fn=train_step,
+    grads_fn=compute_grads,
     encode_fn=encode,
     decode_fn=decode,
 )

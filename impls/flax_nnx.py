@@ -199,11 +199,19 @@ def train_step_in_place(
 # (``state_of``) and write the step over arrays: ``nnx.merge`` rebuilds the model inside the trace,
 # so the graph is walked only while tracing and a call costs what a ``jax.jit`` call costs. It is
 # also the pure, donation-safe step the protocol asks for.
-def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
+def compute_grads(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[nnx.State, Metrics]:
+    """The gradient with respect to the state's parameters (an ``nnx.State`` like them), and the
+    metrics. Data-parallel steps run this on each device's rows."""
+
     def loss_of(params: nnx.State):
         return loss_fn(nnx.merge(state.graphdef, params), batch, eps, state.config)
 
     (_, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    return grads, metrics
+
+
+def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
+    grads, metrics = compute_grads(state, batch, eps)
     return state.apply_gradients(grads), metrics
 
 
@@ -238,6 +246,7 @@ implementation = Adapter(
     to_canonical_fn=lambda state: to_canonical(state.params),
     loss_fn=lambda state, batch, eps: loss_fn(state.model, batch, eps, state.config),
     train_step_fn=train_step,
+    grads_fn=compute_grads,
     encode_fn=encode,
     decode_fn=decode,
     extras={

@@ -153,9 +153,12 @@ def loss_fn(params: hk.Params, batch: Batch, eps: jax.Array, config: Config):
     return cvae_loss(logits, batch.x, mean, logvar, config.loss)
 
 
-def loss_and_grad(params: hk.Params, batch: Batch, eps: jax.Array, config: Config):
-    """``((loss, metrics), grads)``: one reverse-mode pass."""
-    return jax.value_and_grad(loss_fn, has_aux=True)(params, batch, eps, config)
+def compute_grads(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[hk.Params, Metrics]:
+    """The gradient of the batch's loss with respect to the parameter dict, and its metrics: one
+    reverse-mode pass. Data-parallel steps run this on each device's rows."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
+    return grads, metrics
 
 
 # --8<-- [end:loss]
@@ -163,7 +166,7 @@ def loss_and_grad(params: hk.Params, batch: Batch, eps: jax.Array, config: Confi
 
 # --8<-- [start:train_step]
 def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
-    (_, metrics), grads = loss_and_grad(state.params, batch, eps, state.config)
+    grads, metrics = compute_grads(state, batch, eps)
     return state.apply_gradients(grads), metrics
 
 
@@ -186,6 +189,7 @@ implementation = Adapter(
     to_canonical_fn=lambda state: to_canonical(state.params, state.config.model),
     loss_fn=lambda state, batch, eps: loss_fn(state.params, batch, eps, state.config),
     train_step_fn=train_step,
+    grads_fn=compute_grads,
     encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
     decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
 )

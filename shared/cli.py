@@ -1,4 +1,4 @@
-"""The ``cvae`` command line: ``impls``, ``train`` and ``compare``.
+"""The ``cvae`` command line: ``impls``, ``train``, ``compare``, ``evaluate`` and ``launch``.
 
 Every config field has a flag (``--latent-dim``, ``--loss``, ``--learning-rate``, ...). Values are
 handed to the config dataclasses unparsed where they do not parse, so a bad value gets the same
@@ -43,6 +43,13 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
     "--remainder": ("data", "remainder", str, "drop or pad the last partial batch of an epoch"),
     "--epochs": ("train", "epochs", _number(int), "passes over the training split"),
     "--seed": ("train", "seed", _number(int), "seed of every key of the run"),
+    "--data-parallel": (
+        "train",
+        "data_parallel",
+        str,
+        "none, pmap, sharded (jit over a sharded batch) or shard_map",
+    ),
+    "--devices": ("train", "devices", _number(int), "devices to split every batch over"),
     "--input-dim": ("model", "input_dim", _number(int), "features per example (from the data)"),
     "--num-classes": ("model", "num_classes", _number(int), "number of labels (from the data)"),
     "--latent-dim": ("model", "latent_dim", _number(int), "size of z"),
@@ -105,6 +112,39 @@ def resolve(config: Config, given: set[str]):
     return config, dataset
 
 
+def _cluster(args: argparse.Namespace, config: Config, given: set[str]):
+    """The process's place in a ``--distributed`` run (``None`` without it), checked before JAX
+    starts; its ``config`` has one device per process unless ``--devices`` was given."""
+    if not getattr(args, "distributed", False):
+        for flag in ("coordinator", "num_processes", "process_id"):
+            if getattr(args, flag, None) is not None:
+                raise ConfigError(
+                    f"--{flag.replace('_', '-')}: expected only with --distributed, got "
+                    f"{getattr(args, flag)!r}"
+                )
+        return None
+    from shared import distributed
+
+    return distributed.Cluster.create(
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+        config,
+        devices_given="train.devices" in given,
+    )
+
+
+def _start_devices(config: Config, cluster) -> None:
+    """Arrange host devices (``--devices N`` on a CPU) and join a distributed run, before anything
+    touches a JAX device."""
+    from shared import parallel
+
+    if cluster is not None:
+        cluster.start()
+    elif config.train.devices > 1:
+        parallel.arrange_cpu_devices(config.train.devices)
+
+
 def _default_out(prefix: str) -> Path:
     return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -124,17 +164,27 @@ def cmd_impls(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from shared import protocol, run
+    from shared import evaluate, protocol, run
     from shared.trainer import RunKeys, train
 
+    iw_samples = evaluate.check_iw_samples(args.iw_samples)
     config, given = config_from_args(args)
+    cluster = _cluster(args, config, given)
+    if cluster is not None:
+        config = cluster.config
     impl = protocol.load(args.impl)
+    writer = cluster is None or cluster.process_id == 0  # the one process that writes outputs
+    if writer:
+        out = run.check_out_dir(args.out or _default_out(impl.name), overwrite=args.overwrite)
+    _start_devices(config, cluster)
     config, dataset = resolve(config, given)
-    out = run.check_out_dir(args.out or _default_out(impl.name), overwrite=args.overwrite)
+    keys = RunKeys.from_seed(config.train.seed)
+    if not writer:
+        train(impl, impl.init(keys.init, config), config, dataset, keys, progress=False)
+        return 0
 
     run.make_out_dir(out, overwrite=args.overwrite)
     run.save_config(out, config, command="train", impl=args.impl)
-    keys = RunKeys.from_seed(config.train.seed)
     log = run.MetricsLog(out / "metrics.jsonl")
     try:
         result = train(
@@ -165,6 +215,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         "steps_per_second": result.steps_per_second,
     }
     run.write_json(out / "summary.json", summary)
+    run.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
+    report = evaluate.evaluate(
+        impl, result.state, dataset, config.train.seed, iw_samples=iw_samples, out=out
+    )
+    run.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **report})
     print(
         f"{impl.name} on {dataset.name}: {config.train.epochs} epochs, {final['step']} steps, "
         f"{result.steps_per_second:.0f} steps/s, first compile {result.compile_seconds:.2f} s"
@@ -173,16 +228,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"  train loss {final['train_loss']:.3f}   test loss {final['test_loss']:.3f} "
         f"(recon {final['test_recon']:.3f}, kl {final['test_kl']:.3f})"
     )
+    print(evaluate.describe(report))
     print(
         f"  wrote {out}/: config.json metrics.jsonl samples.png reconstructions.png curves.png "
-        "summary.json"
+        f"summary.json {evaluate.PARAMS_FILE} {evaluate.EVALUATION_FILE} {evaluate.GRID_FILE} "
+        f"{evaluate.LATENT_FILE}"
     )
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from shared import compare, protocol, run
+    from shared import compare, evaluate, protocol, run
 
+    iw_samples = evaluate.check_iw_samples(args.iw_samples)
     config, given = config_from_args(args)
     names = (
         [n.strip() for n in args.impls.split(",") if n.strip()]
@@ -194,11 +252,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name in names:
         protocol.load(name)
     protocol.load(compare.REFERENCE)
+    _start_devices(config, None)
     config, dataset = resolve(config, given)
     out = run.check_out_dir(args.out or _default_out("compare"), overwrite=args.overwrite)
 
     run.make_out_dir(out, overwrite=args.overwrite)
-    rows = compare.run(names, config, dataset, out, progress=not args.no_progress)
+    rows = compare.run(
+        names, config, dataset, out, progress=not args.no_progress, iw_samples=iw_samples
+    )
     print()
     print(
         f"{dataset.name}: {len(names)} implementations, {config.train.epochs} epochs, batch "
@@ -206,11 +267,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"(max |dparam| against {rows[0]['reference']})"
     )
     print(compare.text_table(rows))
+    print(compare.classifier_note(rows))
     print(
         f"wrote {out}/: curves.png samples.png summary.md summary.json and one folder per "
         "implementation"
     )
     return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from shared import evaluate
+
+    if args.run is None:
+        raise ConfigError("--run: expected a run directory (of cvae train or compare), got none")
+    for result in evaluate.evaluate_run(args.run, iw_samples=args.iw_samples):
+        print(f"{result['impl']} ({result['directory']}):")
+        print(evaluate.describe(result))
+        print(
+            f"  wrote {result['directory']}/: {evaluate.EVALUATION_FILE} {evaluate.GRID_FILE} "
+            f"{evaluate.LATENT_FILE}"
+        )
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from shared import distributed
+
+    if args.port is not None and (not isinstance(args.port, int) or not 0 < args.port < 65536):
+        raise ConfigError(f"--port: expected an integer in [1, 65535], got {args.port!r}")
+    if args.timeout is not None and not isinstance(args.timeout, float):
+        raise ConfigError(f"--timeout: expected a number of seconds, got {args.timeout!r}")
+    return distributed.launch(
+        args.num_processes, args.command, port=args.port, timeout=args.timeout
+    )
+
+
+def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
+    from shared.evaluate import DEFAULT_IW_SAMPLES
+
+    parser.add_argument(
+        "--iw-samples",
+        type=_number(int),
+        default=DEFAULT_IW_SAMPLES,
+        metavar="K",
+        help=f"posterior samples per test example of the importance-weighted bound "
+        f"[{DEFAULT_IW_SAMPLES}]",
+    )
 
 
 # --- the parser -----------------------------------------------------------------------------------
@@ -249,9 +351,44 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        _add_iw_samples(p)
         _add_config_flags(p)
+        if name == "train":
+            _add_distributed_flags(p)
         p.set_defaults(func=func)
+
+    text = "evaluate a trained run: bounds, active units, conditional accuracy, diversity"
+    p = sub.add_parser("evaluate", help=text, description=text)
+    p.add_argument(
+        "--run", default=None, help="a run directory of cvae train (or cvae compare: every impl)"
+    )
+    _add_iw_samples(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    text = "start a --distributed cvae train as several local processes on loopback"
+    p = sub.add_parser(
+        "launch",
+        help=text,
+        description=f"{text}: cvae launch --num-processes 2 -- train --data-parallel sharded ...",
+    )
+    p.add_argument("--num-processes", type=_number(int), default=2, help="processes [2]")
+    p.add_argument("--port", type=_number(int), default=None, help="coordinator port [a free one]")
+    p.add_argument(
+        "--timeout", type=_number(float), default=None, help="stop them all after S seconds"
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- train ARGS")
+    p.set_defaults(func=cmd_launch)
     return parser
+
+
+def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("several processes (jax.distributed; see cvae launch)")
+    group.add_argument(
+        "--distributed", action="store_true", help="join a multi-process run as one process"
+    )
+    group.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="process 0's")
+    group.add_argument("--num-processes", type=_number(int), default=None, metavar="P")
+    group.add_argument("--process-id", type=_number(int), default=None, metavar="I")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,10 +13,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from shared import canonical, images, protocol
+from shared import canonical, evaluate, images, protocol
 from shared.config import Config
 from shared.data import Dataset
-from shared.run import MetricsLog, curves_of, save_config, summary_table, write_json, write_pictures
+from shared.run import (
+    MetricsLog,
+    curves_of,
+    save_config,
+    save_params,
+    summary_table,
+    write_json,
+    write_pictures,
+)
 from shared.trainer import RunKeys, train
 
 REFERENCE = "pure_jax"
@@ -27,6 +35,10 @@ COLUMNS = [
     ("test_loss", "test loss", "{:.3f}"),
     ("test_recon", "test recon", "{:.3f}"),
     ("test_kl", "test kl", "{:.3f}"),
+    ("neg_iwae", "test -iwae", "{:.3f}"),
+    ("active_units", "active", "{}"),
+    ("gen_accuracy", "gen acc", "{:.3f}"),
+    ("diversity", "diversity", "{:.2f}"),
     ("steps_per_second", "steps/s", "{:.0f}"),
     ("compile_seconds", "compile s", "{:.2f}"),
     ("max_param_diff", "max |dparam|", "{:.2e}"),
@@ -46,14 +58,25 @@ def installed_names() -> list[str]:
 
 
 def run(
-    names: list[str], config: Config, dataset: Dataset, out: Path, *, progress: bool = True
+    names: list[str],
+    config: Config,
+    dataset: Dataset,
+    out: Path,
+    *,
+    progress: bool = True,
+    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
 ) -> list[dict[str, Any]]:
-    """Train each implementation in ``names`` into ``out/<name>/``; write the combined outputs."""
+    """Train each implementation in ``names`` into ``out/<name>/``; write the combined outputs.
+
+    Each folder is a run of its own (``config.json``, ``params.npz``), evaluated with one shared
+    classifier into its ``evaluation.json``; the table shows the evaluation's headline figures.
+    """
     impls = {name: protocol.load(name) for name in names}  # every name resolves before any work
     keys = RunKeys.from_seed(config.train.seed)
     reference = protocol.load(REFERENCE)
     initial = reference.to_canonical(reference.init(keys.init, config))
     save_config(out, config, command="compare", impls=names)
+    classifier = evaluate.fit_classifier(dataset)
 
     outcomes = []
     for name, impl in impls.items():
@@ -74,6 +97,19 @@ def run(
         finally:
             log.close()
         write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
+        save_config(run_dir, config, command="compare", impl=name)
+        save_params(run_dir / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
+        report = evaluate.evaluate(
+            impl,
+            result.state,
+            dataset,
+            config.train.seed,
+            iw_samples=iw_samples,
+            classifier=classifier,
+            out=run_dir,
+            title=name,
+        )
+        write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
         final = result.final()
         row = {
             "impl": name,
@@ -81,6 +117,7 @@ def run(
             **{k: final[k] for k in ("test_loss", "test_recon", "test_kl")},
             "steps_per_second": result.steps_per_second,
             "compile_seconds": result.compile_seconds,
+            **evaluate.headline(report),
         }
         outcomes.append(Outcome(name, row, result.records, impl.to_canonical(result.state)))
 
@@ -120,3 +157,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def text_table(rows: list[dict[str, Any]]) -> str:
     return summary_table(rows, COLUMNS)
+
+
+def classifier_note(rows: list[dict[str, Any]]) -> str:
+    """What ``gen acc`` is measured against."""
+    accuracy = rows[0].get("classifier_accuracy") if rows else None
+    if accuracy is None:
+        return "gen acc: no classifier (the training split has fewer than two classes)"
+    return (
+        "gen acc: generated mean images sigmoid(decode(z, c)) that an RBF SVC fit on the real "
+        f"training split labels c; the SVC scores {accuracy:.3f} on the real test split. "
+        "diversity: generated over real within-class spread. test -iwae: importance-weighted "
+        "bound (docs/evaluation.md)"
+    )

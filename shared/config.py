@@ -19,6 +19,8 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 LOSS_KINDS = ("bernoulli", "mse")
 DATA_SETS = ("digits", "mnist", "fashion_mnist", "synthetic")
 REMAINDERS = ("drop", "pad")
+DATA_PARALLEL = ("none", "pmap", "sharded", "shard_map")
+MAX_SEED = 2**63 - 1
 
 
 def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
@@ -166,15 +168,33 @@ class DataConfig(_Section):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(_Section):
-    """How long to train and from which seed."""
+    """How long to train, from which seed, and over how many devices.
+
+    ``data_parallel`` is ``none`` (one device) or the mechanism that splits every batch over
+    ``devices`` devices: ``pmap``, ``sharded`` (jit over a sharded batch) or ``shard_map``; see
+    ``shared/parallel.py``.
+    """
 
     _section = "train"
-    epochs: int = 30
+    epochs: int = 300
     seed: int = 0
+    data_parallel: str = "none"
+    devices: int = 1
 
     def __post_init__(self) -> None:
         _set(self, "epochs", _int("train", "epochs", self.epochs))
         _set(self, "seed", _int("train", "seed", self.seed, minimum=0))
+        if self.seed > MAX_SEED:  # jax.random.key takes a signed 64-bit seed
+            raise field_error(
+                ConfigError, "train.seed", f"an integer in [0, {MAX_SEED}]", self.seed
+            )
+        _choice("train", "data_parallel", self.data_parallel, DATA_PARALLEL)
+        _set(self, "devices", _int("train", "devices", self.devices))
+        if self.data_parallel == "none" and self.devices != 1:
+            raise ConfigError(
+                f"train.devices: expected 1 with data_parallel 'none' (choose pmap, sharded or "
+                f"shard_map to use more devices), got {self.devices}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +213,11 @@ class Config:
             if not isinstance(value, f.default.__class__):
                 expected = f"a {f.default.__class__.__name__}"
                 raise field_error(ConfigError, f.name, expected, value)
+        if self.data.batch_size % self.train.devices:
+            raise ConfigError(
+                f"data.batch_size: expected a multiple of train.devices ({self.train.devices}: "
+                f"every device takes the same number of rows), got {self.data.batch_size}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name).to_dict() for f in dataclasses.fields(self)}

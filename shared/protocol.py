@@ -91,6 +91,11 @@ class Adapter:
     train_step_fn: Callable[[Any, Batch, jax.Array], tuple[Any, Metrics]]
     encode_fn: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
     decode_fn: Callable[[Any, jax.Array, jax.Array], jax.Array]
+    # ``compute_grads(state, batch, eps) -> (grads, metrics)``: the step's first half, which the
+    # per-device data-parallel steps of shared/parallel.py run on each device's rows before they
+    # average the gradients and call ``state.apply_gradients(grads)``. Optional: without it an
+    # implementation runs serially and under sharded jit only.
+    grads_fn: Callable[[Any, Batch, jax.Array], tuple[Any, Metrics]] | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def init(self, key: jax.Array, config: Config) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 from shared import images
 from shared.config import Config
 from shared.data import Dataset
-from shared.errors import OutputError
+from shared.errors import OutputError, ParameterError
 from shared.model import generate, reconstruct
 from shared.trainer import Record, RunKeys
 
@@ -158,3 +158,85 @@ def summary_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]
 def save_config(out: Path, config: Config, **extra: Any) -> None:
     """``config.json``: the whole resolved config under ``"config"``, beside what else is given."""
     write_json(out / RUN_MARKER, {**extra, "config": config.to_dict()})
+
+
+# --- parameters -----------------------------------------------------------------------------------
+
+PARAM_GROUPS = ("encoder", "latent", "decoder")
+
+
+def flatten_params(params: Any) -> dict[str, np.ndarray]:
+    """A canonical tree as ``{"encoder/0/kernel": array, "latent/bias": array, ...}``."""
+    flat = {}
+    for group in PARAM_GROUPS:
+        node = params[group]
+        if isinstance(node, dict):
+            layers = [("", node)]
+        else:
+            layers = [(f"/{i}", n) for i, n in enumerate(node)]
+        for index, layer in layers:
+            for leaf in ("kernel", "bias"):
+                flat[f"{group}{index}/{leaf}"] = np.asarray(layer[leaf])
+    return flat
+
+
+def unflatten_params(flat: dict[str, np.ndarray], *, source: str = "params") -> dict[str, Any]:
+    """The inverse of :func:`flatten_params`; refuses a key that is not ``group[/i]/leaf``."""
+    layers: dict[str, dict[int, dict[str, np.ndarray]]] = {g: {} for g in PARAM_GROUPS}
+    for key, value in flat.items():
+        parts = key.split("/")
+        ok = len(parts) == 3 and parts[0] in ("encoder", "decoder") and parts[1].isdigit()
+        ok = ok or (len(parts) == 2 and parts[0] == "latent")
+        if not ok or parts[-1] not in ("kernel", "bias"):
+            raise ParameterError(
+                f"{source}: expected keys like encoder/0/kernel, latent/bias or decoder/1/bias, "
+                f"got {key!r}"
+            )
+        index = int(parts[1]) if len(parts) == 3 else 0
+        layers[parts[0]].setdefault(index, {})[parts[-1]] = value
+    tree: dict[str, Any] = {}
+    for group, found in layers.items():
+        if sorted(found) != list(range(len(found))) or not found:
+            raise ParameterError(
+                f"{source}: expected {group} layers numbered 0, 1, ..., got "
+                f"{sorted(found) or 'none'}"
+            )
+        ordered = [found[i] for i in range(len(found))]
+        tree[group] = ordered[0] if group == "latent" else ordered
+    return tree
+
+
+def save_params(path: Path, params: Any) -> None:
+    """``params.npz``: the canonical parameters, flattened, arrays only, written atomically."""
+    flat = flatten_params(jax.device_get(params))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **flat)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_params(path: Path) -> dict[str, Any]:
+    """The canonical tree in ``params.npz`` (no pickles); check it with ``canonical.check``."""
+    import zipfile
+    import zlib
+
+    try:
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ParameterError(f"{path}: expected an NPZ archive of named arrays, got one array")
+        with npz:
+            flat = {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        if isinstance(err, ParameterError):
+            raise
+        raise ParameterError(
+            f"{path}: expected an NPZ file of canonical parameters, got {type(err).__name__}: {err}"
+        ) from err
+    for key, value in flat.items():
+        if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
+            raise ParameterError(f"{path}: {key}: expected finite values, got NaN or infinity")
+    return unflatten_params(flat, source=str(path))

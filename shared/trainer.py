@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shared import parallel
 from shared.config import Config
 from shared.data import Dataset, EpochBatches, Split, eval_batches
 from shared.errors import CvaeError
-from shared.model import step_key
 from shared.protocol import Implementation
 from shared.validation import Batch
 
@@ -109,6 +109,8 @@ def train(
     and the metric if a step's metrics are not finite.
     """
     batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
+    plan = parallel.Plan.of(config)
+    parallel.check_mechanism(plan.mechanism, impl)
     emit = on_record or (lambda record: None)
     records: list[Record] = []
 
@@ -116,13 +118,19 @@ def train(
         records.append(event)
         emit(event)
 
-    def step_fn(state, xs, cs, i, run_key, t):
-        return impl.train_step(state, Batch(xs[i], cs[i]), step_key(run_key, t))
+    def epoch_data(number: int):
+        """The epoch's shuffled batches, ``[num_batches, B, ...]``, each batch's rows split over
+        the plan's devices (across processes, each process places only its own rows)."""
+        xs, cs = batches.epoch(jax.random.fold_in(keys.shuffle, number))
+        if plan.mechanism == "none":
+            return xs, cs
+        return plan.place_rows(xs, axis=1), plan.place_rows(cs, axis=1)
 
-    xs, cs = batches.epoch(jax.random.fold_in(keys.shuffle, 0))
+    state = plan.place_state(state)
+    xs, cs = epoch_data(0)
     index = jnp.zeros((), jnp.int32)
     start = time.perf_counter()
-    step = jax.jit(step_fn, donate_argnums=0).lower(state, xs, cs, index, keys.train, index)
+    step = parallel.epoch_step(plan, impl).lower(state, xs, cs, index, keys.train, index)
     step = step.compile()
     compile_seconds = time.perf_counter() - start
     eval_loss = jax.jit(impl.loss)
@@ -134,7 +142,7 @@ def train(
     try:
         for epoch in range(config.train.epochs):
             if epoch:
-                xs, cs = batches.epoch(jax.random.fold_in(keys.shuffle, epoch))
+                xs, cs = epoch_data(epoch)
             jax.block_until_ready((xs, cs))
             tick = time.perf_counter()
             step_metrics = []
@@ -162,7 +170,12 @@ def train(
                 f"train_{n}": float(np.mean([float(m[n]) for m in fetched])) for n in METRICS
             }
             test = evaluate(
-                impl, state, dataset.test, keys.eval, batch_size=eval_batch_size, loss=eval_loss
+                impl,
+                plan.local_state(state),
+                dataset.test,
+                keys.eval,
+                batch_size=eval_batch_size,
+                loss=eval_loss,
             )
             record(
                 {
@@ -176,4 +189,5 @@ def train(
             )
     finally:
         bar.close()
-    return TrainResult(state, records, compile_seconds, t / train_seconds if train_seconds else 0.0)
+    rate = t / train_seconds if train_seconds else 0.0
+    return TrainResult(plan.local_state(state), records, compile_seconds, rate)

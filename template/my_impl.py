@@ -155,10 +155,16 @@ def loss_fn(params: Params, batch: Batch, eps: jax.Array, config: Config):
 # Written for you: one gradient of one batch's loss and one update (SPEC section 5). It must stay a
 # pure function of the state (jit-able, donation-safe). A framework whose model object holds its
 # parameters (Flax NNX, Equinox) differentiates with respect to their array part only.
+# It is cut in two at the gradient, so that data-parallel steps (shared/parallel.py) can average
+# each device's `compute_grads` over the devices before the one update.
+def compute_grads(state: TrainState, batch: Batch, eps: jax.Array):
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
+    return grads, metrics
+
+
 def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainState, Metrics]:
-    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, eps, state.config
-    )
+    grads, metrics = compute_grads(state, batch, eps)
     return state.apply_gradients(grads), metrics
 
 
@@ -186,6 +192,7 @@ implementation = Adapter(
     to_canonical_fn=lambda state: to_canonical_params(state.params, state.config.model),
     loss_fn=lambda state, batch, eps: loss_fn(state.params, batch, eps, state.config),
     train_step_fn=train_step,
+    grads_fn=compute_grads,  # optional: without it, pmap and shard_map are not applicable
     encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
     decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
 )

@@ -1,0 +1,143 @@
+"""Data parallelism (shared/parallel.py) over every implementation: ``pmap``, sharded ``jit``,
+``shard_map``, on 1, 2, 4 and 8 devices.
+
+A data-parallel step on a global batch must compute the serial step on that batch: the same
+parameters, optimiser state and step count, the same metrics, after one step and after ten, with
+the state identical on every device. The device counts are those JAX sees: one on a plain CPU, all
+four in the ``multidevice`` tox environment, which forces eight host devices before JAX starts.
+``pmap`` and ``shard_map`` need the implementation's ``grads_fn``; without it they are reported as
+not applicable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conformance.common import CONFIG, MODEL, make_batch, reference_params, require
+from shared import parallel
+from shared.model import noise
+
+DEVICE_COUNTS = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
+B = 16  # divisible by every device count above
+STEPS = 10
+# The serial and the parallel step sum the same numbers in a different order (per device, then
+# across devices); ten Adam steps keep that within a few float32 ulps of the parameters.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _applicable(impl, mechanism: str) -> None:
+    if mechanism in parallel.PER_DEVICE:
+        require(impl, "data_parallel")
+
+
+@pytest.fixture(scope="module")
+def run(impl):
+    """The serial run every parallel run is compared with: states and metrics after each step."""
+    params = reference_params(jax.random.key(71))
+    batches = [make_batch(jax.random.key(100 + t), B) for t in range(STEPS)]
+    keys = [jax.random.fold_in(jax.random.key(72), t) for t in range(STEPS)]
+    step = jax.jit(impl.train_step)
+    state = impl.from_canonical(params, CONFIG)
+    history = []
+    for batch, key in zip(batches, keys, strict=True):
+        state, metrics = step(state, batch, key)
+        history.append((jax.device_get(state), jax.device_get(metrics)))
+    return params, batches, keys, history
+
+
+CHECKED = (0, STEPS - 1)  # after one step and after ten
+
+
+def _train(impl, plan: parallel.Plan, run, steps: int = STEPS):
+    """``{t: (copy of the state on each device, metrics, canonical params)}`` for ``t`` in
+    CHECKED, taken before the next step donates the state."""
+    params, batches, keys, _ = run
+    step = plan.make_step(impl)
+    state = plan.place_state(impl.from_canonical(params, CONFIG))
+    seen = {}
+    for t, (batch, key) in enumerate(zip(batches[:steps], keys[:steps], strict=True)):
+        state, metrics = step(state, batch, key)
+        if t in CHECKED:
+            canonical = jax.device_get(impl.to_canonical(plan.local_state(state)))
+            seen[t] = (parallel.device_copies(plan, state), jax.device_get(metrics), canonical)
+    return seen
+
+
+@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+@pytest.mark.parametrize("mechanism", ["pmap", "sharded", "shard_map"])
+def test_parallel_step_equals_the_serial_step(impl, run, mechanism, devices):
+    _applicable(impl, mechanism)
+    plan = parallel.Plan.create(mechanism, devices)
+    seen = _train(impl, plan, run)
+    for t in CHECKED:
+        copies, metrics, canonical = seen[t]
+        want_state, want_metrics = run[3][t]
+        assert len(copies) == devices
+        for d, copy in enumerate(copies[1:], start=1):  # replicated means bit-identical
+            chex.assert_trees_all_equal(copy, copies[0], custom_message=f"device {d}, step {t}")
+        chex.assert_trees_all_close(metrics, want_metrics, rtol=RTOL, atol=ATOL)
+        # every leaf of the state: parameters, optimiser state, step
+        chex.assert_trees_all_close(copies[0], want_state, rtol=RTOL, atol=ATOL)
+        chex.assert_trees_all_close(canonical, impl.to_canonical(want_state), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("mechanism", parallel.PER_DEVICE)
+def test_each_device_uses_its_own_rows_of_the_global_noise(impl, mechanism):
+    """Device d sees rows d*B/n .. (d+1)*B/n of normal(key, (B, L)), its own rows of x and c."""
+    require(impl, "data_parallel")
+    devices = DEVICE_COUNTS[-1]
+    seen: dict[int, tuple] = {}
+
+    def record(index, x, c, eps):
+        seen[int(index)] = (np.asarray(x), np.asarray(c), np.asarray(eps))
+
+    def grads_fn(state, batch, eps):
+        jax.debug.callback(record, jax.lax.axis_index(parallel.AXIS), batch.x, batch.c, eps)
+        return impl.grads_fn(state, batch, eps)
+
+    spy = _with_grads_fn(impl, grads_fn)
+    plan = parallel.Plan.create(mechanism, devices)
+    batch, key = make_batch(jax.random.key(81), B), jax.random.key(82)
+    state = plan.place_state(spy.from_canonical(reference_params(jax.random.key(83)), CONFIG))
+    jax.block_until_ready(plan.make_step(spy)(state, batch, key))
+    jax.effects_barrier()
+    eps = np.asarray(noise(key, B, MODEL.latent_dim))
+    rows = B // devices
+    assert sorted(seen) == list(range(devices))
+    for d, (x, c, e) in seen.items():
+        block = slice(d * rows, (d + 1) * rows)
+        np.testing.assert_array_equal(e, eps[block], err_msg=f"device {d}'s noise")
+        np.testing.assert_array_equal(x, np.asarray(batch.x)[block], err_msg=f"device {d}'s x")
+        np.testing.assert_array_equal(c, np.asarray(batch.c)[block], err_msg=f"device {d}'s c")
+
+
+@pytest.mark.parametrize("mechanism", parallel.PER_DEVICE)
+def test_the_check_catches_devices_that_share_their_noise(impl, run, mechanism):
+    """Every device drawing the same rows (a per-device ``normal(key, (B/n, L))``) is a plausible
+    bug; the tolerance of the equality check above must be tight enough to see it."""
+    require(impl, "data_parallel")
+    devices = DEVICE_COUNTS[-1]
+    if devices < 2:
+        pytest.skip("not applicable: one device cannot share its noise (see tox -e multidevice)")
+
+    def same_noise_everywhere(key, b, latent):
+        return jnp.tile(noise(key, b // devices, latent), (devices, 1))
+
+    plan = dataclasses.replace(
+        parallel.Plan.create(mechanism, devices), noise=same_noise_everywhere
+    )
+    _, metrics, _ = _train(impl, plan, run, steps=1)[0]
+    with pytest.raises(AssertionError):
+        chex.assert_trees_all_close(metrics, run[3][0][1], rtol=RTOL, atol=ATOL)
+
+
+def _with_grads_fn(impl, grads_fn):
+    if dataclasses.is_dataclass(impl):
+        return dataclasses.replace(impl, grads_fn=grads_fn)
+    pytest.skip(f"not applicable: {impl.name} is not an Adapter, so its grads_fn cannot be wrapped")

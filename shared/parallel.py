@@ -1,0 +1,360 @@
+"""Data parallelism written once for every implementation: ``pmap``, sharded ``jit``, ``shard_map``.
+
+Every mechanism splits the global batch of ``B`` rows over a one-dimensional mesh of ``n`` devices
+(axis ``"data"``), keeps the train state replicated, and follows SPEC section 3: the noise is drawn
+once for the global batch, ``normal(key, (B, L))``, and device ``d`` uses rows
+``d*B/n .. (d+1)*B/n`` of it. A data-parallel step therefore computes the serial step on the same
+global batch, up to the order of floating-point sums.
+
+- ``sharded``: the serial step under ``jax.jit`` with the batch sharded along its rows and the
+  state replicated (``NamedSharding`` over ``jax.make_mesh``); XLA's partitioner inserts the
+  all-reduce of the gradients. The implementation writes nothing for it.
+- ``shard_map``: the step written per device; ``lax.pmean`` averages the gradients and the metrics
+  explicitly before the update.
+- ``pmap``: the same per-device step under ``jax.pmap`` with an axis name, the state stacked along
+  a leading device axis (the style of the source guide and of many codebases; JAX runs ``pmap`` on
+  ``shard_map`` since 0.8).
+
+The per-device step needs the step cut in two at the all-reduce: an implementation's
+``compute_grads(state, batch, eps) -> (grads, metrics)`` (the ``grads_fn`` of its
+:class:`~shared.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging per-device mean
+losses is the global mean because every device holds the same number of rows.
+
+Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
+only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
+``sharded`` and ``shard_map`` steps run unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shared.config import DATA_PARALLEL, Config
+from shared.errors import ConfigError
+from shared.model import noise, step_key
+from shared.validation import Batch, check_batch
+
+AXIS = "data"
+MECHANISMS = DATA_PARALLEL
+PER_DEVICE = ("pmap", "shard_map")  # the mechanisms that need the implementation's compute_grads
+
+Step = Callable[[Any, Batch, jax.Array], tuple[Any, dict]]
+
+
+# --- devices ------------------------------------------------------------------------------------
+
+
+def arrange_cpu_devices(count: int) -> None:
+    """Ask XLA:CPU for ``count`` host devices; must run before JAX touches any device.
+
+    On a machine with accelerators this changes nothing on them (only the CPU backend is split).
+    If JAX has already started with fewer devices, say so rather than run on the wrong number.
+    """
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        if jax.device_count() < count:
+            raise ConfigError(
+                f"train.devices: expected at most {jax.device_count()} (JAX has already started "
+                f"with {jax.device_count()} device(s) in this process), got {count}"
+            ) from None
+
+
+def check_mechanism(mechanism: str, impl: Any) -> None:
+    """Refuse a per-device mechanism for an implementation that cannot cut its step in two."""
+    if mechanism in PER_DEVICE and getattr(impl, "grads_fn", None) is None:
+        raise ConfigError(
+            f"train.data_parallel: expected 'none' or 'sharded' for {getattr(impl, 'name', impl)!r}"
+            f", which has no grads_fn (compute_grads) to average across devices, got {mechanism!r}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a run spreads its batches: a mechanism over the first ``count`` devices."""
+
+    mechanism: str
+    devices: tuple[Any, ...]
+    # The global draw of SPEC section 3, ``(key, B, L) -> f32[B, L]``; a field so that the suite
+    # can swap in a wrong draw and prove that its checks see the difference.
+    noise: Callable[[jax.Array, int, int], jax.Array] = noise
+
+    @classmethod
+    def create(cls, mechanism: str, count: int | None = None) -> Plan:
+        if mechanism not in MECHANISMS:
+            raise ConfigError(
+                f"train.data_parallel: expected one of {', '.join(MECHANISMS)}, got {mechanism!r}"
+            )
+        available = jax.devices()
+        count = (1 if mechanism == "none" else len(available)) if count is None else count
+        if mechanism == "none" and count != 1:
+            raise ConfigError(
+                f"train.devices: expected 1 without data parallelism (pick --data-parallel "
+                f"pmap, sharded or shard_map to use more), got {count}"
+            )
+        if count > len(available):
+            raise ConfigError(
+                f"train.devices: expected at most {len(available)} (the {available[0].platform} "
+                f"devices JAX sees), got {count}"
+            )
+        return cls(mechanism, tuple(available[:count]))
+
+    @classmethod
+    def of(cls, config: Config) -> Plan:
+        """The plan a run's config asks for."""
+        return cls.create(config.train.data_parallel, config.train.devices)
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    @functools.cached_property
+    def mesh(self) -> Mesh:
+        # A one-dimensional mesh over the devices in the order JAX lists them (process by process),
+        # so each process's devices hold a contiguous block of every batch's rows.
+        # Auto axes: the partitioner propagates shardings (the sharded-jit style); with Explicit
+        # axes every array's sharding would be part of its type.
+        return jax.make_mesh(
+            (self.count,), (AXIS,), axis_types=(AxisType.Auto,), devices=self.devices
+        )
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, P())
+
+    def rows(self, axis: int = 0) -> NamedSharding:
+        """The sharding that splits dimension ``axis`` over the devices."""
+        return NamedSharding(self.mesh, P(*([None] * axis), AXIS))
+
+    def check_batch_size(self, batch_size: int) -> None:
+        if batch_size % self.count:
+            raise ConfigError(
+                f"data.batch_size: expected a multiple of the {self.count} devices of "
+                f"--data-parallel {self.mechanism}, got {batch_size}"
+            )
+
+    def rows_of_process(self, batch_size: int) -> slice:
+        """The rows of every global batch that this process's devices hold."""
+        index = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
+        per_device = batch_size // self.count
+        return slice(index[0] * per_device, (index[-1] + 1) * per_device)
+
+    # --- where the state lives -------------------------------------------------------------------
+
+    def place_state(self, state: Any) -> Any:
+        """The state as the step wants it: replicated, or stacked per device for ``pmap``."""
+        if self.mechanism == "none":
+            return state
+        if self.mechanism == "pmap":
+            stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * self.count), state)
+            return self._put(stacked, self.rows())
+        return self._put(jax.tree.map(np.asarray, state), self.replicated)
+
+    def local_state(self, state: Any) -> Any:
+        """One device's copy of a placed state (every copy is the same), for evaluation and
+        saving: a plain single-device state of the implementation."""
+        if self.mechanism == "none":
+            return state
+        if self.mechanism == "pmap":
+            return _first_device(state)
+        return jax.tree.map(lambda a: a.addressable_data(0), state)
+
+    def place_rows(self, array: jax.Array | np.ndarray, axis: int = 0) -> jax.Array:
+        """A global array split along ``axis`` over the mesh; across processes, ``array`` is the
+        whole global array and each process puts only its own rows on its devices."""
+        return self._put(array, self.rows(axis), axis=axis)
+
+    def _put(self, tree: Any, sharding: NamedSharding, axis: int | None = None) -> Any:
+        if jax.process_count() == 1:
+            return jax.device_put(tree, sharding)
+
+        def put(a):
+            a = np.asarray(a)
+            if axis is None:  # replicated: every process holds the whole value
+                return jax.make_array_from_process_local_data(sharding, a, a.shape)
+            index = [slice(None)] * a.ndim
+            index[axis] = self.rows_of_process(a.shape[axis])
+            return jax.make_array_from_process_local_data(sharding, a[tuple(index)], a.shape)
+
+        return jax.tree.map(put, tree)
+
+    # --- the step --------------------------------------------------------------------------------
+
+    def per_device_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+        """``(state, batch rows, eps rows) -> (state, metrics)`` on one device: the gradient of its
+        rows, averaged over the ``"data"`` axis, then one update that is the same everywhere."""
+        check_mechanism(self.mechanism, impl)
+        grads_fn = impl.grads_fn
+
+        def step(state, batch: Batch, eps: jax.Array):
+            grads, metrics = grads_fn(state, batch, eps)
+            grads, metrics = jax.lax.pmean((grads, metrics), AXIS)
+            return state.apply_gradients(grads=grads), metrics
+
+        return step
+
+    def global_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+        """``(state, global batch, key) -> (state, metrics)``, traceable (not yet jitted), for the
+        ``none``, ``sharded`` and ``shard_map`` mechanisms; the batch's rows are split over the mesh
+        by the caller's input sharding."""
+        if self.mechanism in ("none", "sharded"):
+            return impl.train_step
+        if self.mechanism != "shard_map":
+            raise ValueError(f"{self.mechanism} has no global step; use make_step")
+        local = jax.shard_map(
+            self.per_device_step(impl),
+            mesh=self.mesh,
+            in_specs=(P(), P(AXIS), P(AXIS)),
+            out_specs=(P(), P()),
+        )
+
+        def step(state, batch: Batch, key: jax.Array):
+            model = state.config.model
+            check_batch(batch, model.input_dim, model.num_classes)
+            return local(state, batch, self.noise(key, batch.x.shape[0], model.latent_dim))
+
+        return step
+
+    def pmap_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+        """The ``pmap``-ed per-device step over a stacked state and ``[n, B/n, ...]`` inputs."""
+        return jax.pmap(
+            self.per_device_step(impl), axis_name=AXIS, devices=self.devices, donate_argnums=0
+        )
+
+    def make_step(self, impl: Any) -> Step:
+        """``step(placed state, global batch, key) -> (placed state, metrics)``, compiled on first
+        use, the old state donated. The global batch may live anywhere; it is split here."""
+        if self.mechanism == "pmap":
+            pstep = self.pmap_step(impl)
+
+            @functools.partial(jax.jit, static_argnums=2, out_shardings=self.rows())
+            def prepare(batch: Batch, key: jax.Array, latent_dim: int):
+                eps = self.noise(key, batch.x.shape[0], latent_dim)
+                return _split_for_pmap(batch, eps, count=self.count)
+
+            def step(state, batch: Batch, key: jax.Array):
+                model = state.config.model
+                check_batch(batch, model.input_dim, model.num_classes)
+                self.check_batch_size(batch.x.shape[0])
+                x, c, eps = prepare(batch, key, model.latent_dim)
+                state, metrics = pstep(state, Batch(x, c), eps)
+                return state, _first_device(metrics)
+
+            return step
+
+        rows = self.rows() if self.mechanism != "none" else None
+        jitted = jax.jit(
+            self.global_step(impl),
+            in_shardings=None if rows is None else (self.replicated, rows, self.replicated),
+            out_shardings=None if rows is None else (self.replicated, self.replicated),
+            donate_argnums=0,
+        )
+
+        def step(state, batch: Batch, key: jax.Array):
+            if rows is not None:
+                self.check_batch_size(batch.x.shape[0])
+            return jitted(state, batch, key)
+
+        return step
+
+
+def _first_device(tree: Any) -> Any:
+    """Device 0's row of a pmap output (every row is the same after ``pmean``), read from that
+    device's own buffer rather than by an indexing op over all the devices."""
+    return jax.tree.map(lambda a: a.addressable_data(0)[0], tree)
+
+
+def _split_for_pmap(batch: Batch, eps: jax.Array, *, count: int):
+    """``[B, ...] -> [count, B/count, ...]``: device ``d`` gets the ``d``-th block of rows."""
+    return tuple(a.reshape(count, a.shape[0] // count, *a.shape[1:]) for a in (*batch, eps))
+
+
+# --- the trainer's step over an epoch's device-resident batches ---------------------------------
+
+
+def epoch_step(plan: Plan, impl: Any) -> Callable[..., Any]:
+    """``(state, xs, cs, i, run_key, t) -> (state, metrics)`` for the trainer: batch ``i`` of the
+    epoch's ``xs: [num_batches, B, D]``, key ``fold_in(run_key, t)``. Returns a function with
+    ``lower(*args)`` like a ``jax.jit`` object, so the trainer can compile it ahead and time it."""
+    if plan.mechanism == "pmap":
+        pstep = plan.pmap_step(impl)
+
+        def prepare(xs, cs, i, run_key, t, latent_dim):
+            x, c = xs[i], cs[i]
+            eps = plan.noise(step_key(run_key, t), x.shape[0], latent_dim)
+            return _split_for_pmap(Batch(x, c), eps, count=plan.count)
+
+        # the blocks land straight on their devices, where the compiled pmap expects them
+        return _PmapEpochStep(jax.jit(prepare, static_argnums=5, out_shardings=plan.rows()), pstep)
+
+    step = plan.global_step(impl)
+
+    def fn(state, xs, cs, i, run_key, t):
+        return step(state, Batch(xs[i], cs[i]), step_key(run_key, t))
+
+    if plan.mechanism == "none":
+        return jax.jit(fn, donate_argnums=0)
+    epoch = plan.rows(axis=1)  # [num_batches, B, ...]: every batch's rows split over the mesh
+    r = plan.replicated
+    return jax.jit(
+        fn,
+        in_shardings=(r, epoch, epoch, r, r, r),
+        out_shardings=(r, r),
+        donate_argnums=0,
+    )
+
+
+@dataclasses.dataclass
+class _PmapEpochStep:
+    prepare: Any
+    pstep: Any
+
+    def lower(self, state, xs, cs, i, run_key, t):
+        latent_dim = state.config.model.latent_dim
+        prepare = self.prepare.lower(xs, cs, i, run_key, t, latent_dim).compile()
+        x, c, eps = jax.eval_shape(lambda: prepare(xs, cs, i, run_key, t))
+        pstep = self.pstep.lower(state, Batch(x, c), eps).compile()
+        return _Lowered(prepare, pstep)
+
+
+@dataclasses.dataclass
+class _Lowered:
+    prepare: Any
+    pstep: Any
+
+    def compile(self) -> Callable[..., Any]:
+        def step(state, xs, cs, i, run_key, t):
+            x, c, eps = self.prepare(xs, cs, i, run_key, t)
+            state, metrics = self.pstep(state, Batch(x, c), eps)
+            return state, _first_device(metrics)
+
+        return step
+
+
+def unstack(tree: Any) -> Any:
+    """Every device's copy of a pmap-stacked tree, as a list (for checks that they agree)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return [treedef.unflatten([leaf[d] for leaf in leaves]) for d in range(leaves[0].shape[0])]
+
+
+def device_copies(plan: Plan, state: Any) -> Sequence[Any]:
+    """The copy of a placed state on each of this process's devices, as host arrays."""
+    if plan.mechanism == "none":
+        return [jax.device_get(state)]
+    leaves, treedef = jax.tree.flatten(state)
+    per_device = [[np.asarray(s.data) for s in leaf.addressable_shards] for leaf in leaves]
+    copies = []
+    for d in range(len(per_device[0])):
+        values = [shards[d] for shards in per_device]
+        if plan.mechanism == "pmap":
+            values = [v[0] for v in values]
+        copies.append(treedef.unflatten(values))
+    return copies
