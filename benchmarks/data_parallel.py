@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     c = jax.random.randint(jax.random.key(2), (b,), 0, config.model.num_classes)
     batch, key = Batch(x, c), jax.random.key(3)
 
+    load_at_start = os.getloadavg()[0]
     cases = {}
     for name in impls:
         cases[(name, "none", 1)] = parallel.Plan.create("none")
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "python": platform.python_version(),
+        "load_average_1min": [load_at_start, os.getloadavg()[0]],  # at start and at end
         "batch_size": b,
         "rounds": args.rounds,
         "steps": args.steps,

@@ -182,6 +182,17 @@ class TrainState:
         """The module again: ``eqx.combine`` of its arrays and its static part (no copies)."""
         return eqx.combine(self.params, self.structure.static)
 
+    def replace(self, **changes) -> TrainState:
+        """A copy with ``step``, ``params`` (a model of arrays, like ``self.params``) or
+        ``opt_state`` replaced, as Flax's ``TrainState.replace``: new trees are flattened into the
+        leaf lists, refused if their structure is not the config's."""
+        if "params" in changes:
+            changes["flat_params"] = self.structure.params.flatten_up_to(changes.pop("params"))
+        if "opt_state" in changes:
+            opt_state = changes.pop("opt_state")
+            changes["flat_opt_state"] = self.structure.opt_state.flatten_up_to(opt_state)
+        return dataclasses.replace(self, **changes)
+
     def apply_gradients(self, grads: CVAE) -> TrainState:
         """One optax update; returns the new state."""
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params)

@@ -38,6 +38,10 @@ class OutputError(CvaeError):
     """An output directory cannot be used."""
 
 
+class CheckpointError(CvaeError):
+    """A checkpoint cannot be found, read or trusted, or does not fit the run it would resume."""
+
+
 def describe(value: Any) -> str:
     """A short, readable description of ``value`` for error messages."""
     shape = getattr(value, "shape", None)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -223,10 +224,15 @@ class Plan:
 
         return step
 
-    def pmap_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+    def pmap_step(
+        self, impl: Any, wrap: Callable[[Callable], Callable] = lambda step: step
+    ) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
         """The ``pmap``-ed per-device step over a stacked state and ``[n, B/n, ...]`` inputs."""
         return jax.pmap(
-            self.per_device_step(impl), axis_name=AXIS, devices=self.devices, donate_argnums=0
+            wrap(self.per_device_step(impl)),
+            axis_name=AXIS,
+            devices=self.devices,
+            donate_argnums=0,
         )
 
     def make_step(self, impl: Any) -> Step:
@@ -280,12 +286,31 @@ def _split_for_pmap(batch: Batch, eps: jax.Array, *, count: int):
 # --- the trainer's step over an epoch's device-resident batches ---------------------------------
 
 
-def epoch_step(plan: Plan, impl: Any) -> Callable[..., Any]:
+def all_finite(tree: Any) -> jax.Array:
+    """Whether every float in ``tree`` is finite: one fused reduction, cheap beside a step."""
+    leaves = [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]
+    return jnp.stack(leaves).all()
+
+
+def _with_finite(step: Callable) -> Callable:
+    """The step, with ``metrics["finite"]``: whether the new state is finite. A non-finite
+    gradient shows there on the step it happens, even while that step's loss is still finite."""
+
+    def checked(state, *args):
+        state, metrics = step(state, *args)
+        return state, {**metrics, "finite": all_finite(state)}
+
+    return checked
+
+
+def epoch_step(plan: Plan, impl: Any, *, debug_nans: bool = False) -> Callable[..., Any]:
     """``(state, xs, cs, i, run_key, t) -> (state, metrics)`` for the trainer: batch ``i`` of the
-    epoch's ``xs: [num_batches, B, D]``, key ``fold_in(run_key, t)``. Returns a function with
-    ``lower(*args)`` like a ``jax.jit`` object, so the trainer can compile it ahead and time it."""
+    epoch's ``xs: [num_batches, B, D]``, key ``fold_in(run_key, t)``; the metrics also carry
+    ``finite`` (see :func:`_with_finite`). Returns a function with ``lower(*args)`` like a
+    ``jax.jit`` object, so the trainer can compile it ahead and time it. ``debug_nans`` (serial
+    only) checkifies the step for NaNs: it then returns ``(error, (state, metrics))``."""
     if plan.mechanism == "pmap":
-        pstep = plan.pmap_step(impl)
+        pstep = plan.pmap_step(impl, wrap=_with_finite)
 
         def prepare(xs, cs, i, run_key, t, latent_dim):
             x, c = xs[i], cs[i]
@@ -295,12 +320,16 @@ def epoch_step(plan: Plan, impl: Any) -> Callable[..., Any]:
         # the blocks land straight on their devices, where the compiled pmap expects them
         return _PmapEpochStep(jax.jit(prepare, static_argnums=5, out_shardings=plan.rows()), pstep)
 
-    step = plan.global_step(impl)
+    step = _with_finite(plan.global_step(impl))
 
     def fn(state, xs, cs, i, run_key, t):
         return step(state, Batch(xs[i], cs[i]), step_key(run_key, t))
 
     if plan.mechanism == "none":
+        if debug_nans:
+            from jax.experimental import checkify
+
+            return jax.jit(checkify.checkify(fn, errors=checkify.nan_checks), donate_argnums=0)
         return jax.jit(fn, donate_argnums=0)
     epoch = plan.rows(axis=1)  # [num_batches, B, ...]: every batch's rows split over the mesh
     r = plan.replicated

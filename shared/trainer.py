@@ -5,6 +5,11 @@ device; each epoch is one on-device shuffle and gather, then one compiled call p
 its batch, derives its key and runs the implementation's ``train_step`` on a donated state. The
 test split is evaluated after every epoch with a fixed key, so evaluations are comparable across
 epochs and across implementations.
+
+A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch, the epoch's step
+metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
+``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly the steps it would have
+taken uninterrupted and makes exactly the same records (``shared/checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -22,7 +27,7 @@ import numpy as np
 from shared import parallel
 from shared.config import Config
 from shared.data import Dataset, EpochBatches, Split, eval_batches
-from shared.errors import CvaeError
+from shared.errors import ConfigError, CvaeError
 from shared.protocol import Implementation
 from shared.validation import Batch
 
@@ -49,12 +54,40 @@ class RunKeys:
         return cls(*jax.random.split(jax.random.key(seed), 5))
 
 
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where a run stands: ``step`` steps done; the next is batch ``batch`` of epoch ``epoch``
+    (both counted from 0), so ``step == epoch * num_batches + batch``."""
+
+    step: int
+    epoch: int
+    batch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What a run needs besides its train state to go on exactly where it stopped."""
+
+    position: Position
+    # [loss, recon, kl] of each step of the current epoch done so far (their means are the
+    # epoch record's train metrics); floats of float32 values, exact in JSON
+    epoch_metrics: tuple[tuple[float, float, float], ...] = ()
+    records: int = 0  # records made so far (metrics.jsonl lines), every step up to position.step
+    seconds: float = 0.0  # training seconds so far (the epoch records' "seconds")
+
+    @classmethod
+    def start(cls) -> Progress:
+        return cls(Position(0, 0, 0))
+
+
 @dataclasses.dataclass
 class TrainResult:
     state: Any
     records: list[Record]  # what metrics.jsonl holds: "step" and "epoch" events
     compile_seconds: float  # trace + lower + compile of the step
     steps_per_second: float  # steady state, compilation and evaluation excluded
+    progress: Progress | None = None  # where the run stands now
+    stopped: bool = False  # stopped early on request (should_stop), after a checkpoint
 
     def epochs(self) -> list[Record]:
         return [r for r in self.records if r["event"] == "epoch"]
@@ -82,11 +115,31 @@ def evaluate(
     return {name: total / len(split) for name, total in totals.items()}
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
+    """Stop on the step whose ``checkify`` error says an operation made a NaN."""
+    message = error.get()
+    if message:
+        # where the operation was traced: the innermost frame outside JAX itself
+        lines = str(getattr(error.get_exception(), "traceback_info", "") or "").splitlines()
+        here = next((line for line in lines if "/jax/" not in line and line.strip()), None)
+        raise TrainingDiverged(
+            f"{getattr(impl, 'name', impl)}: --debug-nans: at step {t + 1} (epoch {epoch + 1}) "
+            + " ".join(message.split()).rstrip(".")
+            + (f" at {here.strip()}" if here else "")
+        )
+
+
+def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, desc=desc, unit="step", disable=not enabled, leave=True, dynamic_ncols=True
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="step",
+        disable=not enabled,
+        leave=True,
+        dynamic_ncols=True,
     )
 
 
@@ -101,18 +154,47 @@ def train(
     progress: bool = True,
     desc: str | None = None,
     eval_batch_size: int = 1024,
+    start: Progress | None = None,
+    history: Sequence[Record] = (),
+    on_checkpoint: Callable[[Any, Progress], None] | None = None,
+    checkpoint_every: int = 0,
+    should_stop: Callable[[], bool] | None = None,
+    debug_nans: bool = False,
 ) -> TrainResult:
     """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``.
 
     ``on_record`` receives every record as it is made (the CLI appends them to ``metrics.jsonl``,
     so a run that is stopped keeps what it had). Raises :class:`TrainingDiverged` naming the step
     and the metric if a step's metrics are not finite.
+
+    Resuming: ``start`` is where ``state`` stands (default: step 0) and ``history`` the records made
+    before it (returned in ``TrainResult.records``, not emitted again). Checkpoints:
+    ``on_checkpoint(state, progress)`` receives the single-device state after every
+    ``checkpoint_every`` steps (0: never), at the end, and when ``should_stop()`` turns true, which
+    is polled after every step; every step up to ``progress.position.step`` has been recorded by
+    then. A checkpoint due at an epoch's last step is made after that epoch's record.
+
+    ``debug_nans`` runs every step under ``checkify`` with NaN checks (slower): the first
+    operation that produces a NaN is named, with its source line, on the step it happens.
     """
     batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
     plan = parallel.Plan.of(config)
     parallel.check_mechanism(plan.mechanism, impl)
+    if debug_nans and plan.mechanism != "none":
+        raise ConfigError(
+            "--debug-nans: expected --data-parallel none (it checks the serial step), got "
+            f"{plan.mechanism!r}"
+        )
     emit = on_record or (lambda record: None)
-    records: list[Record] = []
+    records: list[Record] = list(history)
+    start = start or Progress.start()
+    epochs, num_batches = config.train.epochs, batches.num_batches
+    first = start.position
+    if first.step != first.epoch * num_batches + first.batch or not 0 <= first.batch < num_batches:
+        raise CvaeError(
+            f"start: expected step = epoch * {num_batches} + batch with batch in [0, "
+            f"{num_batches}), got step {first.step}, epoch {first.epoch}, batch {first.batch}"
+        )
 
     def record(event: Record) -> None:
         records.append(event)
@@ -127,47 +209,104 @@ def train(
         return plan.place_rows(xs, axis=1), plan.place_rows(cs, axis=1)
 
     state = plan.place_state(state)
-    xs, cs = epoch_data(0)
+    loaded = min(first.epoch, epochs - 1)
+    xs, cs = epoch_data(loaded)
     index = jnp.zeros((), jnp.int32)
-    start = time.perf_counter()
-    step = parallel.epoch_step(plan, impl).lower(state, xs, cs, index, keys.train, index)
+    begin = time.perf_counter()
+    step = parallel.epoch_step(plan, impl, debug_nans=debug_nans)
+    step = step.lower(state, xs, cs, index, keys.train, index)
     step = step.compile()
-    compile_seconds = time.perf_counter() - start
+    compile_seconds = time.perf_counter() - begin
     eval_loss = jax.jit(impl.loss)
 
-    total_steps = config.train.epochs * batches.num_batches
-    bar = _progress(total_steps, desc or getattr(impl, "name", "train"), progress)
-    t = 0
-    train_seconds = 0.0
+    name = desc or getattr(impl, "name", "train")
+    bar = _progress(epochs * num_batches, name, progress, first.step)
+    t = first.step
+    train_seconds = start.seconds
+    session_seconds = 0.0
+    pending: list[Any] = []  # this epoch's step metrics on the device, not recorded yet
+    done = [tuple(m) for m in start.epoch_metrics]  # this epoch's recorded step metrics
+    saved_at = [first.step if first.step else None]  # the step of the latest checkpoint
+
+    def flush(epoch: int) -> None:
+        """Record the pending steps (after checking that their metrics are finite)."""
+        fetched = jax.device_get(pending)
+        pending.clear()
+        base = t - len(fetched)
+        for j, metrics in enumerate(fetched):
+            values = {name: float(metrics[name]) for name in METRICS}
+            bad = [f"{name} is {v}" for name, v in values.items() if not math.isfinite(v)]
+            if not bad and not metrics.get("finite", True):
+                bad = ["the gradient is not finite (the updated parameters are not)"]
+            if bad:
+                raise TrainingDiverged(
+                    f"{getattr(impl, 'name', impl)}: {bad[0]} at step {base + j + 1} "
+                    f"(epoch {epoch + 1}); the run stopped there and kept what steps 1 to "
+                    f"{base + j} wrote; lower --learning-rate or --clip-norm, or rerun with "
+                    "--debug-nans to find the first operation that made it"
+                )
+            record({"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values})
+            done.append(tuple(values[name] for name in METRICS))
+
+    def now(epoch: int, batch: int) -> Progress:
+        return Progress(Position(t, epoch, batch), tuple(done), len(records), train_seconds)
+
+    def checkpoint(epoch: int, batch: int) -> None:
+        if on_checkpoint is not None and saved_at[0] != t:
+            on_checkpoint(plan.local_state(state), now(epoch, batch))
+            saved_at[0] = t
+
+    def result(position: Progress, stopped: bool = False) -> TrainResult:
+        steps = t - first.step
+        rate = steps / session_seconds if session_seconds else 0.0
+        return TrainResult(
+            plan.local_state(state), records, compile_seconds, rate, position, stopped
+        )
+
+    stop = should_stop or (lambda: False)
     try:
-        for epoch in range(config.train.epochs):
-            if epoch:
+        for epoch in range(first.epoch, epochs):
+            if epoch != loaded:
                 xs, cs = epoch_data(epoch)
+            if epoch != first.epoch:
+                done = []
             jax.block_until_ready((xs, cs))
             tick = time.perf_counter()
-            step_metrics = []
-            for i in range(batches.num_batches):
-                state, metrics = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
-                step_metrics.append(metrics)
+            for i in range(first.batch if epoch == first.epoch else 0, num_batches):
+                out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
+                if debug_nans:
+                    error, out = out
+                    if error.get():
+                        flush(epoch)  # the steps before it are kept
+                        _raise_first_nan(error, impl, t, epoch)
+                state, metrics = out
+                pending.append(metrics)
                 t += 1
+                # Checked one step behind, so the device is never idle for it: a non-finite step
+                # stops the run before the next one is even recorded.
+                if len(pending) > 1 and not bool(pending[-2]["finite"]):
+                    flush(epoch)
                 bar.update(1)
-                if i % 10 == 9 or i == batches.num_batches - 1:
+                if i % 10 == 9 or i == num_batches - 1:
                     loss = f"{float(metrics['loss']):.3f}"
                     bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
-            fetched = jax.device_get(step_metrics)
-            train_seconds += time.perf_counter() - tick
-            first = t - len(fetched)
-            for j, metrics in enumerate(fetched):
-                values = {name: float(metrics[name]) for name in METRICS}
-                bad = [name for name, v in values.items() if not math.isfinite(v)]
-                if bad:
-                    raise TrainingDiverged(
-                        f"{getattr(impl, 'name', impl)}: {bad[0]} is {values[bad[0]]} at step "
-                        f"{first + j} (epoch {epoch + 1}); lower --learning-rate or --clip-norm"
-                    )
-                record({"event": "step", "step": first + j + 1, "epoch": epoch + 1, **values})
+                if i == num_batches - 1:
+                    break
+                if (checkpoint_every and t % checkpoint_every == 0) or stop():
+                    flush(epoch)
+                    seconds = time.perf_counter() - tick
+                    train_seconds += seconds
+                    session_seconds += seconds
+                    checkpoint(epoch, i + 1)
+                    if stop():  # asked before the checkpoint, or while it was written
+                        return result(now(epoch, i + 1), stopped=True)
+                    tick = time.perf_counter()
+            flush(epoch)
+            seconds = time.perf_counter() - tick
+            train_seconds += seconds
+            session_seconds += seconds
             train_means = {
-                f"train_{n}": float(np.mean([float(m[n]) for m in fetched])) for n in METRICS
+                f"train_{n}": float(np.mean([m[k] for m in done])) for k, n in enumerate(METRICS)
             }
             test = evaluate(
                 impl,
@@ -187,7 +326,13 @@ def train(
                     "seconds": train_seconds,
                 }
             )
+            done = []
+            if (checkpoint_every and t % checkpoint_every == 0) or epoch == epochs - 1 or stop():
+                checkpoint(epoch + 1, 0)
+            if stop() and epoch < epochs - 1:
+                checkpoint(epoch + 1, 0)  # nothing to do if it was just written
+                return result(now(epoch + 1, 0), stopped=True)
     finally:
         bar.close()
-    rate = t / train_seconds if train_seconds else 0.0
-    return TrainResult(plan.local_state(state), records, compile_seconds, rate)
+    end = Position(t, max(first.epoch, epochs), 0)
+    return result(Progress(end, (), len(records), train_seconds))

@@ -330,16 +330,16 @@ def _copy_run(source: Path, target: Path) -> Path:
 
 
 def test_bad_input_is_one_line_and_loses_nothing(trained, tmp_path, capsys):
-    before = {p.name: p.read_bytes() for p in trained.iterdir()}
+    before = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file()}
     for name, (args, message, kept) in _bad_cases(trained, tmp_path).items():
-        files = {p.name: p.read_bytes() for p in kept.iterdir()} if kept else {}
+        files = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} if kept else {}
         assert main(["evaluate", "--run", *args]) == 2, name
         err = capsys.readouterr().err
         assert err.startswith("cvae: error: ") and err.count("\n") == 1, (name, err)
         assert message in err, (name, err)
         if kept:
-            assert {p.name: p.read_bytes() for p in kept.iterdir()} == files, name
-    assert {p.name: p.read_bytes() for p in trained.iterdir()} == before
+            assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == files, name
+    assert {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file()} == before
     assert main(["evaluate"]) == 2
     assert "--run: expected a run directory" in capsys.readouterr().err
 

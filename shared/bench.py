@@ -1,0 +1,1017 @@
+"""``cvae bench``: what every implementation's training step costs, measured in one process.
+
+For every implementation and for each of its paths (the fast path, the protocol's
+``jax.jit(impl.train_step, donate_argnums=0)``, and the idiomatic paths an implementation lists in
+``extras["benchmark_paths"]``; for the others the idiomatic path is the fast path), at every batch
+size, on the MNIST-sized model with synthetic data:
+
+- **compile**: ``jax.clear_caches()``, then ``jax.jit(f).trace(...)``, ``.lower()`` and
+  ``.compile()`` timed one by one; an idiomatic path, which has no jit object of its own to hand,
+  is timed on its first call, split by JAX's own trace, lower and compile events
+  (``jax.monitoring``);
+- **steady state**: a Python loop of ``K`` steps over ``K`` device-resident batches, after warm-up,
+  ``block_until_ready`` at the end; rounds interleaved across every path (the order rotating each
+  round), so drift hits all alike; median, fastest and slowest round;
+- **per-call overhead**: a path's step time minus the per-step time of the same ``K`` steps done
+  as one ``lax.scan`` of the implementation's step (what the step costs beyond its computation);
+- **the epoch as one call**: that scan over the ``K`` batches, for every implementation, in
+  examples per second against the Python loop (and, for pure JAX, several ``unroll`` values);
+- **FLOPs and memory**: ``compiled.cost_analysis()`` and ``compiled.memory_analysis()`` of the
+  fast path; the process's peak RSS; GFLOP/s against a matmul roof measured in the same rounds on
+  the same machine (a jitted f32 ``N x N @ N x N``, and the model's widest layer at each batch);
+- **data parallelism**: ``shared.parallel.Plan(mechanism, n).make_step`` (the step ``cvae train``
+  runs) for every mechanism and device count, against the serial step;
+- every figure also as a ratio to pure JAX measured in the same run; versions, CPU, cores, XLA
+  flags and the load average at the start, during and at the end.
+
+Nothing here imports JAX at module level: settings are checked before JAX starts, so that
+``cvae bench`` can arrange its host devices first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import math
+import os
+import platform
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from shared.config import DATA_PARALLEL, ModelConfig
+from shared.errors import ConfigError, OutputError, field_error
+
+SCHEMA = "cvae-bench/1"
+REFERENCE = "pure_jax"
+RESULT_FILE = "bench.json"
+PAGE_FILE = "bench.md"
+BATCH_SIZES = (1, 8, 64, 256, 1024)
+MECHANISMS = tuple(m for m in DATA_PARALLEL if m != "none")
+MIN_STEPS = 8  # steps of a timed round, whatever the batch size
+LOADED = 1.5  # a 1-minute load average above this marks the figures as taken on a loaded machine
+FAST = "fast"
+SAME_AS_FAST = "idiomatic"  # the idiomatic path of an implementation whose fast path it is
+# The figures of a path row that get a ratio to pure JAX (dotted: nested fields).
+RATIO_FIELDS = (
+    "step_us.median",
+    "scan_step_us",
+    "overhead_us",
+    "trace_s",
+    "lower_s",
+    "compile_s",
+    "first_call_s",
+    "flops",
+    "gflops_per_s",
+    "roof_fraction",
+    "memory.temp_size_in_bytes",
+    "memory.argument_size_in_bytes",
+    "loop_examples_per_s",
+    "epoch_examples_per_s",
+)
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one ``cvae bench`` measures; every field has a flag of the same name."""
+
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    rounds: int = 7  # timed rounds, interleaved across every path
+    steps: int = 256  # at most this many steps per round (fewer at large batches)
+    epoch_examples: int = 16384  # a timed round covers about this many examples
+    unrolls: tuple[int, ...] = (1, 2, 8)  # lax.scan unroll values (beyond 1: pure JAX only)
+    devices: tuple[int, ...] = (1, 2, 4)  # device counts of the data-parallel cases
+    mechanisms: tuple[str, ...] = MECHANISMS
+    parallel_batch: int = 256  # global batch of the data-parallel cases
+    parallel_impls: tuple[str, ...] | None = None  # None: every benchmarked implementation
+    impls: tuple[str, ...] | None = None  # None: every installed implementation
+    roof_size: int = 1024  # N of the N x N matmul roof
+    quick: bool = False
+    # the MNIST-sized default; smaller only in tests
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+
+    def steps_at(self, batch_size: int) -> int:
+        """``K``, the steps of a timed round at ``batch_size``."""
+        return max(MIN_STEPS, min(self.steps, self.epoch_examples // batch_size))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["model"] = self.model.to_dict()
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+QUICK = dict(
+    batch_sizes=(8, 256),
+    rounds=3,
+    steps=48,
+    epoch_examples=2048,
+    unrolls=(1,),
+    devices=(1, 2),
+    mechanisms=("sharded", "shard_map"),
+    parallel_impls=(REFERENCE,),
+)
+
+
+def _ints(flag: str, text: Any, *, minimum: int = 1) -> tuple[int, ...]:
+    expected = f"comma-separated integers >= {minimum}"
+    if not isinstance(text, str):
+        raise field_error(ConfigError, flag, expected, text)
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise field_error(ConfigError, flag, expected, text) from None
+    if not values or any(v < minimum for v in values):
+        raise field_error(ConfigError, flag, expected, text)
+    return tuple(dict.fromkeys(values))
+
+
+def _int(flag: str, text: Any, *, minimum: int = 1) -> int:
+    try:
+        value = int(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise field_error(ConfigError, flag, f"an integer >= {minimum}", text)
+    return value
+
+
+def _names(flag: str, text: Any, choices: Sequence[str] | None = None) -> tuple[str, ...]:
+    expected = (
+        f"comma-separated names among {', '.join(choices)}"
+        if choices
+        else "comma-separated implementation names or module:attribute"
+    )
+    if not isinstance(text, str):
+        raise field_error(ConfigError, flag, expected, text)
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    if not names or any(not n for n in names) or (choices and any(n not in choices for n in names)):
+        raise field_error(ConfigError, flag, expected, text)
+    return names
+
+
+def settings_from_flags(
+    *,
+    quick: bool = False,
+    batch_sizes: str | None = None,
+    rounds: str | None = None,
+    steps: str | None = None,
+    epoch_examples: str | None = None,
+    unrolls: str | None = None,
+    devices: str | None = None,
+    mechanisms: str | None = None,
+    parallel_batch: str | None = None,
+    parallel_impls: str | None = None,
+    impls: str | None = None,
+    roof_size: str | None = None,
+    model: ModelConfig | None = None,
+) -> Settings:
+    """The settings the flags describe (text as typed, ``None`` where not given), refused with
+    ``FLAG: expected ..., got ...`` where a value does not parse or does not fit the others.
+    ``quick`` starts from :data:`QUICK` instead of the defaults; given flags override either."""
+    values: dict[str, Any] = dict(QUICK) if quick else {}
+    parsers: dict[str, Callable[[str, Any], Any]] = {
+        "batch_sizes": _ints,
+        "rounds": _int,
+        "steps": _int,
+        "epoch_examples": _int,
+        "unrolls": _ints,
+        "devices": _ints,
+        "mechanisms": lambda f, t: _names(f, t, MECHANISMS),
+        "parallel_batch": _int,
+        "parallel_impls": _names,
+        "impls": _names,
+        "roof_size": _int,
+    }
+    given = dict(
+        batch_sizes=batch_sizes,
+        rounds=rounds,
+        steps=steps,
+        epoch_examples=epoch_examples,
+        unrolls=unrolls,
+        devices=devices,
+        mechanisms=mechanisms,
+        parallel_batch=parallel_batch,
+        parallel_impls=parallel_impls,
+        impls=impls,
+        roof_size=roof_size,
+    )
+    for name, text in given.items():
+        if text is not None:
+            values[name] = parsers[name]("--" + name.replace("_", "-"), text)
+    if "unrolls" in values:  # the per-call overhead needs the plain scan
+        values["unrolls"] = tuple(dict.fromkeys((1, *values["unrolls"])))
+    settings = Settings(quick=quick, model=model or ModelConfig(), **values)
+    if settings.parallel_batch % math.lcm(*settings.devices):
+        raise ConfigError(
+            f"--parallel-batch: expected a multiple of every --devices count "
+            f"({', '.join(map(str, settings.devices))}), got {settings.parallel_batch}"
+        )
+    return settings
+
+
+def resolve_impls(settings: Settings) -> dict[str, Any]:
+    """``name -> implementation``: the ones asked for, every installed one by default, and pure
+    JAX always (every figure is also a ratio to it). Loading imports the frameworks, not JAX's
+    devices, so this runs before the devices are arranged."""
+    from shared import protocol
+
+    names = list(settings.impls or [i.name for i in protocol.known() if i.installed])
+    names = [REFERENCE, *(n for n in names if n != REFERENCE)]
+    impls = {name: protocol.load(name) for name in names}
+    for name in settings.parallel_impls or ():
+        if name not in impls:
+            raise ConfigError(
+                f"--parallel-impls: expected names among the benchmarked implementations "
+                f"({', '.join(impls)}), got {name!r}"
+            )
+    return {getattr(impl, "name", key): impl for key, impl in impls.items()}
+
+
+def arrange_devices(settings: Settings) -> None:
+    """Split the host into ``max(devices)`` CPU devices, before anything touches a JAX device,
+    and refuse a device count this machine cannot give."""
+    import jax
+
+    from shared import parallel
+
+    count = max(settings.devices)
+    if count > 1:
+        parallel.arrange_cpu_devices(count)
+    if jax.device_count() < count:
+        raise ConfigError(
+            f"--devices: expected at most {jax.device_count()} (the {jax.default_backend()} "
+            f"devices JAX sees), got {count}"
+        )
+
+
+def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
+    """Refuse an output directory that would lose something or cannot be written: a non-empty one
+    unless ``overwrite``, and even then only a previous benchmark's (one with ``bench.json``)."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out: expected a directory, got the existing file {out}")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputError(
+                f"--out: expected an empty or new directory, got {out}, which is not empty "
+                "(pass --overwrite to replace a previous benchmark there)"
+            )
+        if not (out / RESULT_FILE).is_file():
+            raise OutputError(
+                f"--out: {out} is not empty and holds no {RESULT_FILE}, so it is not a previous "
+                "benchmark; refusing to overwrite it"
+            )
+    ancestor = out
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"--out: expected a directory path, got {out}, but {ancestor} is a file")
+    try:
+        tempfile.TemporaryDirectory(dir=ancestor, prefix=".cvae-probe-").cleanup()
+    except OSError as err:
+        raise OutputError(
+            f"--out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
+        ) from err
+    return out
+
+
+# --- the machine ----------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    import jax
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    dists = ("jax", "jaxlib", "numpy", "optax", "flax", "dm-haiku", "equinox", "cvae-rosetta")
+    return {
+        "versions": {"python": platform.python_version(), **{d: _version(d) for d in dists}},
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "device_count": jax.device_count(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable,
+        "platform": platform.platform(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
+    }
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+class _Events:
+    """Sums of JAX's trace, lower and compile durations while the context is open."""
+
+    def __init__(self) -> None:
+        self.seconds = {TRACE_EVENT: 0.0, LOWER_EVENT: 0.0, COMPILE_EVENT: 0.0}
+        self._open = False
+
+    def __call__(self, event: str, duration: float, **kwargs: Any) -> None:
+        if self._open and event in self.seconds:
+            self.seconds[event] += duration
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[dict[str, float]]:
+        for key in self.seconds:
+            self.seconds[key] = 0.0
+        self._open = True
+        try:
+            yield self.seconds
+        finally:
+            self._open = False
+
+
+def _cost(compiled: Any) -> dict[str, float | None]:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    return {
+        "flops": cost.get("flops"),
+        "transcendentals": cost.get("transcendentals"),
+        "bytes_accessed": cost.get("bytes accessed"),
+    }
+
+
+def _memory(compiled: Any) -> dict[str, int]:
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    return {
+        name: int(getattr(stats, name))
+        for name in dir(stats)
+        if name.endswith("_in_bytes") and isinstance(getattr(stats, name), int)
+    }
+
+
+def hlo_stats(text: str) -> dict[str, int]:
+    """Counts over the entry computation of an optimized HLO module: instructions, fusions,
+    library fusions (``kind=kCustom``: XNNPACK/YNNPACK/oneDNN), plain dots, copies."""
+    entry = text.split("\nENTRY ", 1)[-1].split("\n}\n", 1)[0]
+    lines = [line for line in entry.splitlines()[1:] if " = " in line]
+    return {
+        "instructions": len(lines),
+        "fusions": sum(" fusion(" in line for line in lines),
+        "library_fusions": sum("kind=kCustom" in line for line in lines),
+        "plain_dots": sum(" dot(" in line for line in lines),
+        "copies": sum(" copy(" in line for line in lines),
+    }
+
+
+def aot(jitted: Any, *args: Any) -> tuple[Any, dict[str, float]]:
+    """``jax.clear_caches()``, then ``trace``, ``lower`` and ``compile`` timed separately."""
+    import jax
+
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    traced = jitted.trace(*args)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
+    t2 = time.perf_counter()
+    compiled = lowered.compile()
+    t3 = time.perf_counter()
+    return compiled, {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2}
+
+
+def _spread(seconds: Sequence[float], per: int, scale: float = 1e6) -> dict[str, Any]:
+    values = [s / per * scale for s in seconds]
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "rounds": values,
+    }
+
+
+@dataclasses.dataclass
+class _Timed:
+    """One thing timed in every round: ``run(state) -> (seconds, state)``."""
+
+    key: tuple
+    run: Callable[[Any], tuple[float, Any]]
+    state: Any
+    seconds: list[float] = dataclasses.field(default_factory=list)
+
+
+def _loop(step: Callable, batches: Sequence[Any], keys: Sequence[Any]) -> Callable:
+    import jax
+
+    def run(state):
+        jax.block_until_ready(state)
+        start = time.perf_counter()
+        metrics = None
+        for batch, key in zip(batches, keys, strict=True):
+            state, metrics = step(state, batch, key)
+        jax.block_until_ready((state, metrics))
+        return time.perf_counter() - start, state
+
+    return run
+
+
+def _interleave(timed: Sequence[_Timed], rounds: int, tick: Callable[[str], None]) -> None:
+    """``rounds`` rounds over every item, the starting item rotating from round to round."""
+    for r in range(rounds):
+        shift = r % len(timed)
+        for item in [*timed[shift:], *timed[:shift]]:
+            seconds, item.state = item.run(item.state)
+            item.seconds.append(seconds)
+            tick(f"round {r + 1}/{rounds}")
+
+
+def epoch_program(impl: Any, unroll: int) -> Any:
+    """``(state, xs [K, B, D], cs [K, B], keys [K]) -> (state, metrics [K])``: ``K`` train steps
+    as one jitted ``lax.scan`` over device-resident batches, the state donated."""
+    import jax
+
+    from shared.validation import Batch
+
+    def epoch(state, xs, cs, keys):
+        def body(state, inputs):
+            x, c, key = inputs
+            return impl.train_step(state, Batch(x, c), key)
+
+        return jax.lax.scan(body, state, (xs, cs, keys), unroll=unroll)
+
+    return jax.jit(epoch, donate_argnums=0)
+
+
+def paths_of(impl: Any) -> dict[str, Callable | None]:
+    """``path name -> make(state) -> (step, state)`` of an implementation's idiomatic paths, or
+    ``{"idiomatic": None}`` when its idiomatic path is its fast path."""
+    extra = getattr(impl, "benchmark_paths", None) or {}
+    return dict(extra) if extra else {SAME_AS_FAST: None}
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=total, desc="cvae bench", unit="task", disable=not enabled, dynamic_ncols=True
+        )
+        self.stage = ""
+
+    def tick(self, what: str = "") -> None:
+        self.bar.set_postfix_str(f"{self.stage} {what}".strip(), refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _work(settings: Settings, impls: dict[str, Any]) -> int:
+    """How many progress ticks a run makes."""
+    paths = sum(1 + len(paths_of(impl)) for impl in impls.values())  # compile ticks
+    timed = sum(1 + sum(m is not None for m in paths_of(i).values()) for i in impls.values())
+    scans = len(impls) + len([u for u in settings.unrolls if u != 1])
+    per_batch = paths + scans + (timed + scans) + settings.rounds * (timed + scans + 2)
+    cases = len(settings.parallel_impls or impls) * (
+        1 + len(settings.mechanisms) * len(settings.devices)
+    )
+    return 1 + len(settings.batch_sizes) * per_batch + cases * (1 + settings.rounds)
+
+
+def run(
+    settings: Settings,
+    impls: dict[str, Any],
+    *,
+    progress: bool = True,
+    command: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Measure everything (devices already arranged, see :func:`arrange_devices`) and return the
+    result: the dictionary ``bench.json`` holds."""
+    import jax
+
+    started = time.time()
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "command": list(command) if command is not None else None,
+        "settings": settings.to_dict(),
+        "environment": environment(),
+        "load_average": {"start": load_average(), "during": [], "end": None},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
+    }
+    bar = _Progress(_work(settings, impls), progress)
+    events = _Events()
+    jax.monitoring.register_event_duration_secs_listener(events)
+    try:
+        bar.stage = "warm-up"
+        params = _canonical(settings, impls[REFERENCE])
+        _warm_start(impls[REFERENCE], settings, params)
+        bar.tick()
+        result["batches"] = {}
+        for b in settings.batch_sizes:
+            result["load_average"]["during"].append(load_average())
+            bar.stage = f"batch {b}"
+            result["batches"][str(b)] = _measure_batch(settings, impls, params, b, events, bar)
+        bar.stage = "data parallel"
+        result["data_parallel"] = _measure_parallel(settings, impls, params, bar)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(events)
+        bar.close()
+    result["load_average"]["end"] = load_average()
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["duration_s"] = time.time() - started
+    summarize(result)
+    return result
+
+
+def _config(settings: Settings):
+    from shared.config import Config
+
+    return Config(model=settings.model)
+
+
+def _canonical(settings: Settings, reference: Any):
+    import jax
+
+    return reference.to_canonical(reference.init(jax.random.key(0), _config(settings)))
+
+
+def _data(settings: Settings, batch_size: int, steps: int):
+    """``steps`` synthetic batches on the device: ``xs [K, B, D]``, ``cs [K, B]``, keys ``[K]``."""
+    import jax
+
+    model = settings.model
+    kx, kc, kk = jax.random.split(jax.random.key(1), 3)
+    xs = jax.random.uniform(kx, (steps, batch_size, model.input_dim))
+    cs = jax.random.randint(kc, (steps, batch_size), 0, model.num_classes)
+    keys = jax.random.split(kk, steps)
+    return jax.block_until_ready((xs, cs, keys))
+
+
+def _warm_start(reference: Any, settings: Settings, params) -> None:
+    """One throwaway compile, so that JAX's one-time costs land on no measured path."""
+    import jax
+
+    from shared.validation import Batch
+
+    xs, cs, keys = _data(settings, 2, 1)
+    state = reference.from_canonical(params, _config(settings))
+    compiled, _ = aot(
+        jax.jit(reference.train_step, donate_argnums=0), state, Batch(xs[0], cs[0]), keys[0]
+    )
+    jax.block_until_ready(compiled(state, Batch(xs[0], cs[0]), keys[0]))
+
+
+def _roof_timer(a: Any, b: Any, calls: int) -> Callable:
+    import jax
+
+    matmul = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(matmul(a, b))
+
+    def run(state):
+        start = time.perf_counter()
+        for _ in range(calls):
+            jax.block_until_ready(matmul(a, b))
+        return time.perf_counter() - start, state
+
+    return run
+
+
+def _measure_batch(
+    settings: Settings, impls, params, b: int, events: _Events, bar: _Progress
+) -> dict[str, Any]:
+    import jax
+
+    from shared.validation import Batch
+
+    config = _config(settings)
+    k = settings.steps_at(b)
+    xs, cs, keys = _data(settings, b, k)
+    batches = [Batch(xs[i], cs[i]) for i in range(k)]
+    key_list = [keys[i] for i in range(k)]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    timed: list[_Timed] = []
+    # 0. every state and operand first: eager ops compile small programs of their own, which each
+    #    jax.clear_caches() below would throw away, to be compiled again by the next eager op
+    states = {name: impl.from_canonical(params, config) for name, impl in impls.items()}
+    made = {
+        (name, path): make(impl.from_canonical(params, config))
+        for name, impl in impls.items()
+        for path, make in paths_of(impl).items()
+        if make is not None
+    }
+    unrolls = {name: settings.unrolls if name == REFERENCE else (1,) for name in impls}
+    scan_states = {
+        (name, u): impl.from_canonical(params, config)
+        for name, impl in impls.items()
+        for u in unrolls[name]
+    }
+    n = settings.roof_size
+    ka, kb = jax.random.split(jax.random.key(4))
+    square = (jax.random.normal(ka, (n, n)), jax.random.normal(kb, (n, n)))
+    width = max((*settings.model.encoder_dims, *settings.model.decoder_dims))
+    fan_in = settings.model.input_dim + settings.model.num_classes
+    layer = (jax.random.normal(ka, (b, fan_in)), jax.random.normal(kb, (fan_in, width)))
+    jax.block_until_ready((states, scan_states, square, layer))
+
+    # 1. compile every path from cold caches; keep the fast paths' executables
+    for name, impl in impls.items():
+        state = states[name]
+        jitted = jax.jit(impl.train_step, donate_argnums=0)
+        compiled, times = aot(jitted, state, batches[0], key_list[0])
+        start = time.perf_counter()
+        state, metrics = compiled(state, batches[0], key_list[0])
+        jax.block_until_ready((state, metrics))
+        times["first_call_s"] = sum(times.values()) + time.perf_counter() - start
+        rows[(name, FAST)] = {
+            "impl": name,
+            "path": FAST,
+            "label": name,
+            "kind": "fast",
+            "timing": "trace, lower and compile of jax.jit(impl.train_step)",
+            **times,
+            **_cost(compiled),
+            "memory": _memory(compiled),
+            "hlo": hlo_stats(compiled.as_text()),
+        }
+        timed.append(_Timed((name, FAST), _loop(compiled, batches, key_list), state))
+        bar.tick(f"compile {name}")
+        for path, make in paths_of(impl).items():
+            if make is None:
+                bar.tick()
+                continue
+            step, objects = made[(name, path)]
+            jax.clear_caches()
+            with events.collect() as seconds:
+                start = time.perf_counter()
+                objects, metrics = step(objects, batches[0], key_list[0])
+                jax.block_until_ready((objects, metrics))
+                first = time.perf_counter() - start
+            rows[(name, path)] = {
+                "impl": name,
+                "path": path,
+                "label": f"{name}:{path}",
+                "kind": "idiomatic",
+                "timing": "first call, split by JAX's trace, lower and compile events",
+                "trace_s": seconds[TRACE_EVENT],
+                "lower_s": seconds[LOWER_EVENT],
+                "compile_s": seconds[COMPILE_EVENT],
+                "first_call_s": first,
+            }
+            timed.append(_Timed((name, path), _loop(step, batches, key_list), objects))
+            bar.tick(f"compile {name}:{path}")
+
+    # 2. the epoch as one call, for every implementation (and unroll values for pure JAX)
+    scans: dict[tuple[str, int], dict[str, Any]] = {}
+    for name, impl in impls.items():
+        for unroll in unrolls[name]:
+            state = scan_states[(name, unroll)]
+            compiled, times = aot(epoch_program(impl, unroll), state, xs, cs, keys)
+            scans[(name, unroll)] = {
+                "impl": name,
+                "unroll": unroll,
+                "steps": k,
+                **times,
+                "memory": _memory(compiled),
+            }
+
+            def call(state, compiled=compiled):
+                jax.block_until_ready(state)
+                start = time.perf_counter()
+                state, metrics = compiled(state, xs, cs, keys)
+                jax.block_until_ready((state, metrics))
+                return time.perf_counter() - start, state
+
+            timed.append(_Timed(("scan", name, unroll), call, state))
+            bar.tick(f"compile scan {name} unroll {unroll}")
+
+    # 3. warm-up: every path, and every program cleared from the caches by a later compile
+    for item in timed:
+        _, item.state = item.run(item.state)
+        bar.tick("warm-up")
+    roof_calls = max(3, min(k, 8))
+    timed.append(_Timed(("roof",), _roof_timer(*square, roof_calls), None))
+    timed.append(_Timed(("layer roof",), _roof_timer(*layer, k), None))
+
+    # 4. the timed rounds
+    _interleave(timed, settings.rounds, bar.tick)
+
+    by_key = {item.key: item for item in timed}
+    roof = _spread(by_key[("roof",)].seconds, roof_calls)
+    roof_flops = 2.0 * n**3
+    layer_calls = _spread(by_key[("layer roof",)].seconds, k)
+    layer_flops = 2.0 * b * fan_in * width
+    out_rows = []
+    for (name, path), row in rows.items():
+        item = by_key[(name, path)]
+        row["step_us"] = _spread(item.seconds, k)
+        out_rows.append(row)
+        if path == FAST:
+            for other in paths_of(impls[name]):
+                if paths_of(impls[name])[other] is None:
+                    out_rows.append(
+                        {
+                            **row,
+                            "path": SAME_AS_FAST,
+                            "label": f"{name}:{SAME_AS_FAST}",
+                            "kind": "idiomatic",
+                            "same_as_fast": True,
+                        }
+                    )
+    for (name, unroll), scan in scans.items():
+        scan["call_us"] = _spread(by_key[("scan", name, unroll)].seconds, 1)
+    return {
+        "batch_size": b,
+        "steps_per_round": k,
+        "roof": {
+            "shape": [n, n, n],
+            "flops": roof_flops,
+            "call_us": roof,
+            "gflops_per_s": roof_flops / roof["median"] / 1e3,
+        },
+        "layer_roof": {
+            "shape": [b, fan_in, width],
+            "flops": layer_flops,
+            "call_us": layer_calls,
+            "gflops_per_s": layer_flops / layer_calls["median"] / 1e3,
+        },
+        "paths": out_rows,
+        "epoch": list(scans.values()),
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+
+
+def _measure_parallel(
+    settings: Settings, impls: dict[str, Any], params, bar: _Progress
+) -> dict[str, Any]:
+    """Every mechanism and device count against the serial step, for the chosen implementations;
+    the same global batch and key every step, as in ``benchmarks/data_parallel.py``."""
+    import jax
+
+    from shared import parallel
+    from shared.validation import Batch
+
+    config = _config(settings)
+    b = settings.parallel_batch
+    k = settings.steps_at(b)
+    names = tuple(dict.fromkeys((REFERENCE, *(settings.parallel_impls or impls))))
+    xs, cs, keys = _data(settings, b, 1)
+    batch, key = Batch(xs[0], cs[0]), keys[0]
+    plans = {}
+    for name in names:
+        plans[(name, "none", 1)] = parallel.Plan.create("none")
+        for mechanism in settings.mechanisms:
+            for n in settings.devices:
+                plans[(name, mechanism, n)] = parallel.Plan.create(mechanism, n)
+    timed, first, skipped = [], {}, []
+    for case, plan in plans.items():
+        impl = impls[case[0]]
+        try:
+            parallel.check_mechanism(plan.mechanism, impl)
+        except ConfigError as err:
+            skipped.append(
+                {"impl": case[0], "mechanism": case[1], "devices": case[2], "reason": str(err)}
+            )
+            for _ in range(1 + settings.rounds):
+                bar.tick()
+            continue
+        step = plan.make_step(impl)
+        state = plan.place_state(impl.from_canonical(params, config))
+        start = time.perf_counter()
+        state, metrics = step(state, batch, key)
+        jax.block_until_ready((state, metrics))
+        first[case] = time.perf_counter() - start
+        timed.append(_Timed(case, _loop(step, [batch] * k, [key] * k), state))
+        bar.tick(f"compile {case[0]} {case[1]} x{case[2]}")
+    _interleave(timed, settings.rounds, bar.tick)
+    rows = []
+    for item in timed:
+        name, mechanism, n = item.key
+        rows.append(
+            {
+                "impl": name,
+                "mechanism": mechanism,
+                "devices": n,
+                "first_call_s": first[item.key],
+                "step_us": _spread(item.seconds, k),
+            }
+        )
+    return {
+        "batch_size": b,
+        "steps_per_round": k,
+        "backend": jax.default_backend(),
+        "note": "forced host devices share the machine's cores"
+        if jax.default_backend() == "cpu"
+        else "",
+        "rows": rows,
+        "skipped": skipped,
+    }
+
+
+# --- derived figures ------------------------------------------------------------------------------
+
+
+def _get(row: dict[str, Any], dotted: str) -> Any:
+    value: Any = row
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def ratio(value: Any, base: Any) -> float | None:
+    """``value / base`` where both are numbers and ``base > 0``; ``None`` otherwise."""
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, base))
+    return value / base if ok and base > 0 else None
+
+
+def ratios(row: dict[str, Any], base: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    return {field: ratio(_get(row, field), _get(base, field)) for field in fields}
+
+
+def fast_row(batch: dict[str, Any], impl: str) -> dict[str, Any]:
+    return next(r for r in batch["paths"] if r["impl"] == impl and r["path"] == FAST)
+
+
+def scan_row(batch: dict[str, Any], impl: str, unroll: int = 1) -> dict[str, Any] | None:
+    return next((s for s in batch["epoch"] if s["impl"] == impl and s["unroll"] == unroll), None)
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Add every derived figure (overhead, GFLOP/s, fraction of the roof, throughput, ratios to
+    pure JAX and to the fast path, the goals) from the measured ones, in place."""
+    for batch in result["batches"].values():
+        b, k = batch["batch_size"], batch["steps_per_round"]
+        roof = batch["roof"]["gflops_per_s"]
+        for scan in batch["epoch"]:
+            scan["step_us"] = scan["call_us"]["median"] / k
+            scan["examples_per_s"] = b * k / scan["call_us"]["median"] * 1e6
+            loop = fast_row(batch, scan["impl"])["step_us"]["median"]
+            scan["speedup_vs_loop"] = loop / scan["step_us"]
+            flops = fast_row(batch, scan["impl"]).get("flops")
+            scan["gflops_per_s"] = flops / scan["step_us"] / 1e3 if flops else None
+            scan["roof_fraction"] = ratio(scan["gflops_per_s"], roof)
+        for row in batch["paths"]:
+            fast = fast_row(batch, row["impl"])
+            scan = scan_row(batch, row["impl"])
+            step = row["step_us"]["median"]
+            row["scan_step_us"] = scan["step_us"] if scan else None
+            row["overhead_us"] = step - scan["step_us"] if scan else None
+            flops = fast.get("flops")  # the same useful work, whichever path does it
+            row["gflops_per_s"] = flops / step / 1e3 if flops else None
+            row["roof_fraction"] = ratio(row["gflops_per_s"], roof)
+            row["layer_roof_fraction"] = ratio(
+                row["gflops_per_s"], batch["layer_roof"]["gflops_per_s"]
+            )
+            row["loop_examples_per_s"] = b / step * 1e6
+            same = row["kind"] == "fast" or row.get("same_as_fast")
+            row["epoch_examples_per_s"] = scan["examples_per_s"] if scan and same else None
+            row["vs_fast"] = {
+                "step_us.median": ratio(step, fast["step_us"]["median"]),
+                "extra_us": step - fast["step_us"]["median"],
+            }
+        base = fast_row(batch, REFERENCE)
+        for row in batch["paths"]:
+            row["vs_pure_jax"] = ratios(row, base, RATIO_FIELDS)
+        for scan in batch["epoch"]:
+            ref = scan_row(batch, REFERENCE, scan["unroll"]) or scan_row(batch, REFERENCE)
+            scan["vs_pure_jax"] = ratios(
+                scan, ref, ("step_us", "compile_s", "examples_per_s", "roof_fraction")
+            )
+    parallel = result.get("data_parallel")
+    if parallel:
+        rows = parallel["rows"]
+        cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in rows}
+        for row in rows:
+            serial = cell.get((row["impl"], "none", 1))
+            row["ratio_to_serial"] = ratio(
+                row["step_us"]["median"], serial["step_us"]["median"] if serial else None
+            )
+            ref = cell.get((REFERENCE, row["mechanism"], row["devices"]))
+            row["vs_pure_jax"] = ratios(row, ref or {}, ("step_us.median", "first_call_s"))
+    result["goals"] = goals(result)
+    return result
+
+
+def goals(result: dict[str, Any]) -> dict[str, Any]:
+    """What the benchmark is meant to show, read off its own figures (met or not)."""
+    fast = [
+        (int(b), row)
+        for b, batch in result["batches"].items()
+        for row in batch["paths"]
+        if row["kind"] == "fast"
+    ]
+    others = [(b, r) for b, r in fast if r["impl"] != REFERENCE]
+    ratio_of = lambda r: r["vs_pure_jax"]["step_us.median"]
+    worst = max(others, key=lambda br: ratio_of(br[1]), default=None)
+    overheads = [(b, r) for b, r in fast if r["overhead_us"] is not None]
+    most = max(overheads, key=lambda br: br[1]["overhead_us"], default=None)
+    out: dict[str, Any] = {
+        "fast_within_ratio": {
+            "threshold": 1.03,
+            "worst": None
+            if worst is None
+            else {"label": worst[1]["label"], "batch": worst[0], "ratio": ratio_of(worst[1])},
+            "met": None if worst is None else ratio_of(worst[1]) <= 1.03,
+        },
+        "fast_overhead_us": {
+            "threshold": 30.0,
+            "worst": None
+            if most is None
+            else {"label": most[1]["label"], "batch": most[0], "us": most[1]["overhead_us"]},
+            "met": None if most is None else most[1]["overhead_us"] <= 30.0,
+        },
+    }
+    if result["batches"]:
+        b = max(result["batches"], key=int)
+        batch = result["batches"][b]
+        candidates = [(r["label"], r["roof_fraction"]) for r in batch["paths"]] + [
+            (f"{s['impl']} epoch as one call (unroll {s['unroll']})", s["roof_fraction"])
+            for s in batch["epoch"]
+        ]
+        candidates = [c for c in candidates if c[1] is not None]
+        best = max(candidates, key=lambda c: c[1], default=None)
+        out["roof_fraction"] = {
+            "threshold": 0.75,
+            "batch": int(b),
+            "roof_gflops_per_s": batch["roof"]["gflops_per_s"],
+            "best": None if best is None else {"label": best[0], "fraction": best[1]},
+            "met": None if best is None else best[1] >= 0.75,
+        }
+    return out
+
+
+def loaded(result: dict[str, Any]) -> bool:
+    """Whether the 1-minute load average was above :data:`LOADED` at any sample."""
+    load = result.get("load_average", {})
+    samples = [load.get("start"), *load.get("during", []), load.get("end")]
+    return any(s is not None and s[0] > LOADED for s in samples)
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def make_out_dir(out: Path, *, overwrite: bool) -> Path:
+    """Create ``out`` (after :func:`check_out_dir`), removing a previous benchmark if allowed."""
+    if overwrite and out.is_dir() and (out / RESULT_FILE).is_file():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list[str]:
+    """``bench.json``, the plots and ``bench.md`` (the same page as ``docs/performance.md``,
+    linking the plots beside it) into ``out``; returns the names written."""
+    from shared import bench_report
+    from shared.run import write_json
+
+    make_out_dir(out, overwrite=overwrite)
+    write_json(out / RESULT_FILE, result)
+    images = bench_report.plots(result, out)
+    page = bench_report.page(result, images, source=RESULT_FILE, generated_by="cvae bench")
+    (out / PAGE_FILE).write_text(page)
+    return [RESULT_FILE, PAGE_FILE, *images.values()]
+
+
+def describe(result: dict[str, Any]) -> str:
+    """A few lines for the terminal: the goals and where the figures are."""
+    from shared import bench_report
+
+    return bench_report.terminal_summary(result)

@@ -1,0 +1,961 @@
+"""Checkpoints: crash-safe, exact to resume, readable by every implementation. The one module that
+talks to Orbax.
+
+A checkpoint holds the train state in **canonical** form, so any implementation can continue it:
+
+```
+{"step":      i32[],                          # optimiser steps taken
+ "params":    canonical parameters,          # SPEC section 2
+ "opt_state": {"count": i32[],               # Adam's step count
+               "mu":    canonical tree,      # Adam's first moments, shaped like the parameters
+               "nu":    canonical tree},     # and second moments
+ "run_keys":  u32[5, ...]}                   # key data of the run's keys (shared.trainer.RunKeys)
+```
+
+beside JSON metadata: the position (step, epoch, batch within the epoch), the current epoch's step
+metrics, the number of records in ``metrics.jsonl``, the whole config, the implementation that
+wrote it, a fingerprint of the data, and the SHA-256 of every array. The optimiser of SPEC
+section 5 (``chain(clip_by_global_norm, adamw)``) keeps exactly one Adam state (``count``, ``mu``,
+``nu``) and nothing else, whatever the framework; ``mu`` and ``nu`` are trees like the framework's
+parameters, so each is converted with the implementation's own ``to_canonical`` and
+``from_canonical``, by treating it as the parameters of a state (:func:`canonical_state`,
+:func:`implementation_state`). A state needs only ``step``, ``params``, ``opt_state`` and
+``replace(**changes)`` (``dataclasses.replace`` when it has none), as Flax's ``TrainState`` has.
+
+On disk, ``RUN/checkpoints/<step>/`` is one Orbax checkpoint (``CheckpointManager``): the arrays
+(``arrays/``, OCDBT/Zarr), the metadata (``meta/``, JSON) and, written just before Orbax's atomic
+rename commits it, ``cvae_files.json``: the size and SHA-256 of every file in it. A save killed at
+any point leaves a temporary directory that is never read and the previous checkpoints intact; a
+truncated or altered file is found before anything is read. Only arrays and JSON: no pickle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from shared import canonical
+from shared.config import Config
+from shared.errors import CheckpointError, ConfigError, OutputError, ParameterError
+from shared.trainer import Position, Progress, Record, RunKeys
+
+FORMAT = "cvae-rosetta checkpoint"
+VERSION = 1
+CHECKPOINT_DIR = "checkpoints"
+DAMAGED_DIR = "checkpoints.damaged"  # where --resume-latest-good moves newer damaged checkpoints
+FILES = "cvae_files.json"  # written into every checkpoint just before its commit
+ORBAX_FILES = ("_CHECKPOINT_METADATA", "commit_success.txt")  # Orbax writes them at the commit
+DEFAULT_EVERY = 1000  # steps between checkpoints (and one at the end)
+DEFAULT_KEEP = 3
+# A test hook: "N:SECONDS" makes the N-th save of the process sleep for SECONDS just before its
+# commit, so a test can kill the process in the middle of a save.
+SLOW_SAVE_ENV = "CVAE_CHECKPOINT_SLOW_SAVE"
+# On --resume, only these config fields may differ from the run's own.
+RESUMABLE_CHANGES = ("train.epochs", "train.data_parallel", "train.devices", "data.data_dir")
+
+
+# --- the canonical train state --------------------------------------------------------------------
+
+
+def _is_adam(node: Any) -> bool:
+    return isinstance(node, optax.ScaleByAdamState)
+
+
+def _adam_state(opt_state: Any, impl: Any) -> optax.ScaleByAdamState:
+    """The one Adam state of the spec's optimiser; refuses an optimiser state with anything else."""
+    nodes = jax.tree.leaves(opt_state, is_leaf=_is_adam)
+    adams = [n for n in nodes if _is_adam(n)]
+    if len(adams) != 1 or len(nodes) != 1:
+        raise CheckpointError(
+            f"opt_state: expected the state of SPEC section 5's optimiser (one Adam state: count, "
+            f"mu, nu, and nothing else) from {getattr(impl, 'name', impl)!r}, got "
+            f"{len(adams)} Adam state(s) among {len(nodes)} node(s)"
+        )
+    return adams[0]
+
+
+def _replace(state: Any, **changes: Any) -> Any:
+    if hasattr(state, "replace"):
+        return state.replace(**changes)
+    return dataclasses.replace(state, **changes)
+
+
+def _check_state_shape(state: Any, impl: Any) -> None:
+    missing = [name for name in ("step", "params", "opt_state") if not hasattr(state, name)]
+    if missing:
+        raise CheckpointError(
+            f"impl: expected {getattr(impl, 'name', impl)!r} to keep its train state as step, "
+            f"params and opt_state (as Flax's TrainState does) to be checkpointed, got a "
+            f"{type(state).__name__} without {', '.join(missing)}"
+        )
+
+
+def canonical_state(impl: Any, state: Any) -> dict[str, Any]:
+    """An implementation's train state as the canonical tree (host arrays)."""
+    _check_state_shape(state, impl)
+    adam = _adam_state(state.opt_state, impl)
+
+    def as_params(tree: Any) -> canonical.Canonical:
+        return impl.to_canonical(_replace(state, params=tree))
+
+    tree = {
+        "step": jnp.asarray(state.step, jnp.int32),
+        "params": impl.to_canonical(state),
+        "opt_state": {
+            "count": jnp.asarray(adam.count, jnp.int32),
+            "mu": as_params(adam.mu),
+            "nu": as_params(adam.nu),
+        },
+    }
+    return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def implementation_state(impl: Any, tree: dict[str, Any], config: Config) -> Any:
+    """The implementation's train state holding a canonical tree's parameters, Adam moments, count
+    and step (the inverse of :func:`canonical_state`)."""
+    check_state_tree(tree, config)
+    state = impl.from_canonical(tree["params"], config)
+    _check_state_shape(state, impl)
+    adam = _adam_state(state.opt_state, impl)
+    opt = tree["opt_state"]
+    moments = {
+        name: impl.from_canonical(opt[name], config).params for name in ("mu", "nu")
+    }  # each moment tree in the framework's own layout
+    new = adam._replace(count=jnp.asarray(opt["count"], adam.count.dtype), **moments)
+    opt_state = jax.tree.map(lambda n: new if _is_adam(n) else n, state.opt_state, is_leaf=_is_adam)
+    if jax.tree.structure(opt_state) != jax.tree.structure(state.opt_state):
+        raise CheckpointError(
+            f"opt_state: {getattr(impl, 'name', impl)!r} rebuilt its Adam moments with another "
+            "structure than its own optimiser state"
+        )
+    return _replace(state, step=jnp.asarray(tree["step"], jnp.int32), opt_state=opt_state)
+
+
+def _check_scalar(value: Any, field: str) -> None:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape != () or dtype is None or np.dtype(dtype) != np.int32 or int(value) < 0:
+        raise CheckpointError(f"{field}: expected a non-negative int32 scalar, got {value!r}")
+
+
+def check_state_tree(tree: Any, config: Config) -> None:
+    """Refuse a tree that is not the canonical train state of ``config.model``."""
+    if not isinstance(tree, dict) or set(tree) - {"run_keys"} != {"step", "params", "opt_state"}:
+        keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
+        raise CheckpointError(f"train state: expected keys opt_state, params, step, got {keys}")
+    opt = tree["opt_state"]
+    if not isinstance(opt, dict) or set(opt) != {"count", "mu", "nu"}:
+        keys = sorted(opt) if isinstance(opt, dict) else type(opt).__name__
+        raise CheckpointError(f"opt_state: expected keys count, mu, nu, got {keys}")
+    _check_scalar(tree["step"], "step")
+    _check_scalar(opt["count"], "opt_state.count")
+    try:
+        canonical.check(tree["params"], config.model, field="params")
+        canonical.check(opt["mu"], config.model, field="opt_state.mu")
+        canonical.check(opt["nu"], config.model, field="opt_state.nu")
+    except ParameterError as err:
+        raise CheckpointError(str(err)) from err
+
+
+# --- flat names, checksums ------------------------------------------------------------------------
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """``{"params/encoder/0/kernel": array, "opt_state/count": array, ...}`` of dicts and lists."""
+    flat: dict[str, np.ndarray] = {}
+    if isinstance(tree, dict):
+        for key in sorted(tree):
+            flat.update(flatten(tree[key], f"{prefix}{key}/"))
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            flat.update(flatten(value, f"{prefix}{i}/"))
+    else:
+        flat[prefix.rstrip("/")] = np.asarray(tree)
+    return flat
+
+
+def unflatten(flat: dict[str, np.ndarray], *, source: str) -> dict[str, Any]:
+    """The train-state tree (and ``run_keys``) from :func:`flatten`'s names."""
+    from shared import run
+
+    groups: dict[str, dict[str, np.ndarray]] = {"params": {}, "mu": {}, "nu": {}}
+    tree: dict[str, Any] = {"opt_state": {}}
+    for name, value in flat.items():
+        head, _, rest = name.partition("/")
+        if name in ("step", "run_keys"):
+            tree[name] = value
+        elif name == "opt_state/count":
+            tree["opt_state"]["count"] = value
+        elif head == "params":
+            groups["params"][rest] = value
+        elif head == "opt_state" and rest.partition("/")[0] in ("mu", "nu"):
+            moment, _, leaf = rest.partition("/")
+            groups[moment][leaf] = value
+        else:
+            raise CheckpointError(f"{source}: unexpected array {name!r}")
+    try:
+        tree["params"] = run.unflatten_params(groups["params"], source=f"{source}: params")
+        for moment in ("mu", "nu"):
+            tree["opt_state"][moment] = run.unflatten_params(
+                groups[moment], source=f"{source}: opt_state/{moment}"
+            )
+    except ParameterError as err:
+        raise CheckpointError(str(err)) from err
+    return tree
+
+
+def array_digest(array: np.ndarray) -> dict[str, Any]:
+    array = np.ascontiguousarray(array)
+    return {
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "sha256": hashlib.sha256(array.tobytes()).hexdigest(),
+    }
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_fingerprint(dataset: Any) -> str:
+    """SHA-256 of the data set's arrays: a resumed run must see the very same examples."""
+    digest = hashlib.sha256()
+    for split in (dataset.train, dataset.test):
+        for array in (split.x, split.c):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype}{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def key_data(keys: RunKeys) -> tuple[np.ndarray, str]:
+    """The run's keys as ``uint32`` key data, and the name of their PRNG implementation."""
+    fields = [getattr(keys, f.name) for f in dataclasses.fields(RunKeys)]
+    data = np.stack([np.asarray(jax.random.key_data(k)) for k in fields])
+    return data, str(jax.random.key_impl(fields[0]))
+
+
+def keys_from_data(data: np.ndarray, impl: str) -> RunKeys:
+    try:
+        return RunKeys(*(jax.random.wrap_key_data(jnp.asarray(k), impl=impl) for k in data))
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"run_keys: expected key data of the {impl!r} PRNG, got {describe_array(data)}: {err}"
+        ) from err
+
+
+def describe_array(array: Any) -> str:
+    return f"an array of shape {tuple(np.shape(array))} and dtype {np.asarray(array).dtype}"
+
+
+# --- one checkpoint -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint: the canonical train state and everything the run needs to go on."""
+
+    state: dict[str, Any]  # the canonical train state (step, params, opt_state), host arrays
+    keys: RunKeys
+    progress: Progress
+    config: Config
+    impl: str  # the implementation that wrote it
+    data: str | None = None  # fingerprint of the data set (data_fingerprint)
+
+    @property
+    def step(self) -> int:
+        return self.progress.position.step
+
+    def arrays(self) -> dict[str, Any]:
+        data, _ = key_data(self.keys)
+        return {**self.state, "run_keys": data}
+
+    def metadata(self) -> dict[str, Any]:
+        from shared import protocol
+
+        position = self.progress.position
+        _, prng = key_data(self.keys)
+        framework = protocol.BUILTIN.get(self.impl)
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "step": position.step,
+            "epoch": position.epoch,
+            "batch": position.batch,
+            "epoch_metrics": [list(m) for m in self.progress.epoch_metrics],
+            "records": self.progress.records,
+            "seconds": self.progress.seconds,
+            "impl": self.impl,
+            "versions": {
+                "jax": jax.__version__,
+                **({framework.distribution: _version(framework.distribution)} if framework else {}),
+            },
+            "config": self.config.to_dict(),
+            "data_sha256": self.data,
+            "prng": prng,
+            "arrays": {name: array_digest(a) for name, a in flatten(self.arrays()).items()},
+        }
+
+
+def _version(distribution: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def from_parts(flat: dict[str, np.ndarray], meta: Any, *, source: str) -> Checkpoint:
+    """A checkpoint from its arrays (flat names) and metadata, every checksum and field checked."""
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{source}: expected metadata of format {FORMAT!r}, got {meta!r:.80}")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(
+            f"{source}: expected checkpoint format version {VERSION}, got {meta.get('version')!r}"
+        )
+    try:
+        digests = meta["arrays"]
+        if set(digests) != set(flat):
+            missing = sorted(set(digests) - set(flat))
+            extra = sorted(set(flat) - set(digests))
+            raise CheckpointError(
+                f"{source}: expected the arrays its metadata lists, got missing {missing} and "
+                f"unlisted {extra}"
+            )
+        for name, array in flat.items():
+            if array_digest(array) != digests[name]:
+                raise CheckpointError(
+                    f"{source}: {name}: expected SHA-256 {digests[name]['sha256'][:12]}... of "
+                    f"shape {digests[name]['shape']}, got different contents"
+                )
+        position = Position(int(meta["step"]), int(meta["epoch"]), int(meta["batch"]))
+        epoch_metrics = tuple(tuple(float(v) for v in m) for m in meta["epoch_metrics"])
+        progress = Progress(position, epoch_metrics, int(meta["records"]), float(meta["seconds"]))
+        config = Config.from_dict(meta["config"])
+        impl, prng, data = str(meta["impl"]), str(meta["prng"]), meta.get("data_sha256")
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, ConfigError) as err:
+        raise CheckpointError(
+            f"{source}: expected complete checkpoint metadata, got {type(err).__name__}: {err}"
+        ) from err
+    tree = unflatten(flat, source=source)
+    if "run_keys" not in tree or "step" not in tree or "count" not in tree["opt_state"]:
+        raise CheckpointError(f"{source}: expected step, opt_state/count and run_keys arrays")
+    keys = keys_from_data(tree.pop("run_keys"), prng)
+    check_state_tree(tree, config)
+    if int(tree["step"]) != position.step:
+        raise CheckpointError(
+            f"{source}: step: expected the metadata's {position.step}, got {int(tree['step'])}"
+        )
+    return Checkpoint(tree, keys, progress, config, impl, data)
+
+
+# --- Orbax ----------------------------------------------------------------------------------------
+
+
+def _orbax():
+    """Orbax, imported on first use (it takes a second or two)."""
+    import orbax.checkpoint as ocp
+    from orbax.checkpoint.path import atomicity
+
+    return ocp, atomicity
+
+
+_ROOTS: set[str] = set()  # checkpoint directories of this process's managers (for the commit hook)
+_SAVES = [0]  # saves made by this process (for the SLOW_SAVE_ENV test hook)
+
+
+def _slow_save() -> tuple[int, float] | None:
+    text = os.environ.get(SLOW_SAVE_ENV)
+    if not text:
+        return None
+    number, _, seconds = text.partition(":")
+    try:
+        return int(number), float(seconds)
+    except ValueError:
+        raise CheckpointError(f"{SLOW_SAVE_ENV}: expected N:SECONDS, got {text!r}") from None
+
+
+def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
+    table = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_file() and rel not in (FILES, *ORBAX_FILES):
+            table[rel] = {"size": path.stat().st_size, "sha256": _file_sha256(path)}
+    return table
+
+
+def _commit_class():
+    """Orbax's atomic-rename commit, preceded by writing ``cvae_files.json`` (and, for tests, by
+    the sleep of :data:`SLOW_SAVE_ENV`)."""
+    _, atomicity = _orbax()
+
+    class CommitWithFileTable(atomicity.AtomicRenameTemporaryPath):
+        async def finalize(self, *args: Any, **kwargs: Any) -> Any:
+            final = Path(str(self.get_final()))
+            if str(final.parent) in _ROOTS:  # the step directory itself, not one of its items
+                slow = _slow_save()
+                if slow is not None and slow[0] == _SAVES[0]:
+                    time.sleep(slow[1])
+                tmp = Path(str(self.get()))
+                table = {"step": int(final.name), "files": _file_table(tmp)}
+                (tmp / FILES).write_text(json.dumps(table, indent=1) + "\n")
+            return await super().finalize(*args, **kwargs)
+
+    return CommitWithFileTable
+
+
+class Checkpoints:
+    """The checkpoints of one run directory, through an Orbax ``CheckpointManager``.
+
+    ``writable``: the manager keeps the latest ``keep`` checkpoints and removes what crashed saves
+    left; otherwise nothing under the directory is changed.
+    """
+
+    def __init__(self, directory: Path, *, keep: int = DEFAULT_KEEP, writable: bool = False):
+        ocp, _ = _orbax()
+        from orbax.checkpoint.checkpoint_managers import preservation_policy
+
+        self.directory = Path(directory).absolute()
+        if writable:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _ROOTS.add(str(self.directory))
+        # In a run of several processes only this one (process 0, the writer) saves: Orbax must
+        # not wait for the others at its barriers.
+        alone = ocp.options.MultiprocessingOptions(
+            primary_host=jax.process_index(), active_processes={jax.process_index()}
+        )
+        processes = alone if jax.process_count() > 1 else ocp.options.MultiprocessingOptions()
+        options = ocp.CheckpointManagerOptions(
+            create=False,
+            enable_async_checkpointing=False,
+            cleanup_tmp_directories=writable,
+            preservation_policy=preservation_policy.LatestN(keep) if writable else None,
+            temporary_path_class=_commit_class(),
+            multiprocessing_options=processes,
+        )
+        self._ocp = ocp
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("arrays", "meta")
+        )
+
+    def steps(self) -> list[int]:
+        return sorted(int(s) for s in self._manager.all_steps())
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        ocp = self._ocp
+        _SAVES[0] += 1
+        args = ocp.args.Composite(
+            arrays=ocp.args.StandardSave(checkpoint.arrays()),
+            meta=ocp.args.JsonSave(checkpoint.metadata()),
+        )
+        self._manager.save(checkpoint.step, args=args, force=True)
+        self._manager.wait_until_finished()
+
+    def verify_files(self, step: int) -> None:
+        """Every file as ``cvae_files.json`` lists it (size and SHA-256), and no other."""
+        where = self.directory / str(step)
+        try:
+            table = json.loads((where / FILES).read_text())
+            expected = table["files"]
+            if not isinstance(expected, dict) or table.get("step") != step:
+                raise ValueError("not a file table of this step")
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"{where / FILES}: expected the file table of the checkpoint, got "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        actual = {}
+        for path in sorted(where.rglob("*")):
+            rel = path.relative_to(where).as_posix()
+            if path.is_file() and rel not in (FILES, *ORBAX_FILES):
+                actual[rel] = path
+        for rel, entry in expected.items():
+            path = actual.get(rel)
+            if path is None:
+                raise CheckpointError(f"{where}: {rel}: expected this file, got none (missing)")
+            size = path.stat().st_size
+            if size != entry["size"]:
+                raise CheckpointError(
+                    f"{where}: {rel}: expected {entry['size']} bytes, got {size} (truncated or "
+                    "altered)"
+                )
+            if _file_sha256(path) != entry["sha256"]:
+                raise CheckpointError(
+                    f"{where}: {rel}: expected SHA-256 {entry['sha256'][:12]}..., got different "
+                    "contents (corrupted)"
+                )
+        extra = sorted(set(actual) - set(expected))
+        if extra:
+            raise CheckpointError(
+                f"{where}: expected only the files it was saved with, got {extra}"
+            )
+
+    def restore(self, step: int) -> Checkpoint:
+        """The checkpoint of ``step``, its files and every array checked against their SHA-256."""
+        ocp = self._ocp
+        self.verify_files(step)
+        source = str(self.directory / str(step))
+        try:
+            restored = self._manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
+                ),
+            )
+        except Exception as err:  # Orbax and TensorStore raise many kinds; all mean unreadable
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+            raise CheckpointError(
+                f"{source}: expected a readable checkpoint, got {type(err).__name__}: {first}"
+            ) from err
+        flat = flatten(jax.tree.map(np.asarray, restored["arrays"]))
+        return from_parts(flat, restored["meta"], source=source)
+
+    def latest(self, *, latest_good: bool) -> tuple[Checkpoint, list[tuple[int, str]]]:
+        """The newest checkpoint, or with ``latest_good`` the newest intact one, and the damaged
+        ones found newer than it, as ``(step, reason)``."""
+        steps = self.steps()
+        if not steps:
+            raise CheckpointError(
+                f"checkpoint: expected at least one checkpoint in {self.directory}, got none"
+            )
+        damaged: list[tuple[int, str]] = []
+        for step in reversed(steps):
+            try:
+                return self.restore(step), damaged
+            except CheckpointError as err:
+                if not latest_good:
+                    raise CheckpointError(
+                        f"checkpoint: the latest checkpoint, step {step}, is damaged: {err}; pass "
+                        f"--resume-latest-good to continue from the newest intact one"
+                    ) from err
+                damaged.append((step, str(err)))
+        listing = "; ".join(f"step {s}: {reason}" for s, reason in damaged)
+        raise CheckpointError(f"checkpoint: expected an intact checkpoint, got none ({listing})")
+
+    def close(self) -> None:
+        self._manager.close()
+        _ROOTS.discard(str(self.directory))
+
+
+def checkpoints_of(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    directory = checkpoints_of(run_dir)
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
+# --- what cvae train calls ------------------------------------------------------------------------
+
+
+class Saver:
+    """``on_checkpoint`` for the trainer: the state made canonical and saved with its progress."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        impl: Any,
+        config: Config,
+        keys: RunKeys,
+        dataset: Any,
+        *,
+        keep: int = DEFAULT_KEEP,
+    ) -> None:
+        self.impl, self.config, self.keys = impl, config, keys
+        self.data = data_fingerprint(dataset)
+        self.checkpoints = Checkpoints(checkpoints_of(run_dir), keep=keep, writable=True)
+        self.saved: list[int] = []
+
+    def __call__(self, state: Any, progress: Progress) -> None:
+        tree = canonical_state(self.impl, state)
+        name = str(getattr(self.impl, "name", self.impl))
+        checkpoint = Checkpoint(tree, self.keys, progress, self.config, name, self.data)
+        self.checkpoints.save(checkpoint)
+        self.saved.append(checkpoint.step)
+
+    def close(self) -> None:
+        self.checkpoints.close()
+
+
+def check_options(every: Any, keep: Any) -> tuple[int, int]:
+    """``--checkpoint-every`` (an integer >= 0; 0: only at the end) and ``--keep-checkpoints``."""
+    for flag, value, minimum in (("--checkpoint-every", every, 0), ("--keep-checkpoints", keep, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{flag}: expected an integer >= {minimum}, got {value!r}")
+    return every, keep
+
+
+# --- resuming a run directory ---------------------------------------------------------------------
+
+
+def config_differences(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """``(section.field, old value, new value)`` for every field that differs."""
+    a, b = old.to_dict(), new.to_dict()
+    return [
+        (f"{section}.{name}", a[section][name], b[section][name])
+        for section in a
+        for name in a[section]
+        if a[section][name] != b[section][name]
+    ]
+
+
+def refuse_config_changes(old: Config, new: Config, *, what: str) -> None:
+    """Refuse, naming every field, changes to anything but :data:`RESUMABLE_CHANGES`."""
+    bad = [d for d in config_differences(old, new) if d[0] not in RESUMABLE_CHANGES]
+    if bad:
+        fields = ", ".join(name for name, _, _ in bad)
+        expected = ", ".join(f"{name}={a!r}" for name, a, _ in bad)
+        given = ", ".join(f"{name}={b!r}" for name, _, b in bad)
+        raise ConfigError(
+            f"{fields}: expected the values of {what} ({expected}; only --epochs, --data-dir, "
+            f"--data-parallel and --devices may change on --resume), got {given}"
+        )
+
+
+def read_run(directory: Any, *, flag: str = "--run") -> tuple[Path, dict[str, Any], Config]:
+    """A ``cvae train`` run directory: its path, its ``config.json`` and its config."""
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        state = "is a file" if path.exists() else "does not exist"
+        raise CheckpointError(
+            f"{flag}: expected a run directory of cvae train, got {path}, which {state}"
+        )
+    marker = path / "config.json"
+    try:
+        data = json.loads(marker.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{flag}: expected a run directory holding config.json, got {path}, which holds none"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(
+            f"{marker}: expected the JSON cvae train writes, got {type(err).__name__}: {err}"
+        ) from err
+    if not isinstance(data, dict) or not isinstance(data.get("impl"), str) or "config" not in data:
+        hint = (
+            " (a cvae compare directory: pick one implementation's folder)"
+            if "impls" in data
+            else ""
+        )
+        raise CheckpointError(
+            f"{flag}: expected {marker} to name its implementation and config{hint}, it does not"
+        )
+    try:
+        config = Config.from_dict(data["config"])
+    except ConfigError as err:
+        raise ConfigError(f"{marker}: {err}") from err
+    return path, data, config
+
+
+@dataclasses.dataclass
+class Resume:
+    """A run directory about to be continued from its checkpoint (checked, nothing written yet).
+
+    :meth:`open` reads ``config.json`` only, so the devices can still be arranged before JAX
+    starts; :meth:`load` then reads the newest checkpoint (or the newest intact one).
+    """
+
+    directory: Path
+    run: dict[str, Any]  # config.json
+    config: Config  # the run's own config
+    latest_good: bool = False
+    loaded: Checkpoint | None = None
+    damaged: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def open(cls, directory: Any, *, latest_good: bool) -> Resume:
+        path, data, config = read_run(directory, flag="--resume")
+        if not checkpoints_of(path).is_dir():
+            raise CheckpointError(
+                f"--resume: expected {checkpoints_of(path)} (cvae train writes checkpoints there), "
+                "got no such directory"
+            )
+        for where in (path, checkpoints_of(path)):
+            try:  # a real probe, as for --out: the run goes on writing here
+                tempfile.TemporaryDirectory(dir=where, prefix=".cvae-probe-").cleanup()
+            except OSError as err:
+                raise OutputError(
+                    f"--resume: expected a writable run directory, got {where} ({err.strerror})"
+                ) from err
+        return cls(path, data, config, latest_good)
+
+    def load(self) -> Checkpoint:
+        checkpoints = Checkpoints(checkpoints_of(self.directory))
+        try:
+            self.loaded, self.damaged = checkpoints.latest(latest_good=self.latest_good)
+        finally:
+            checkpoints.close()
+        where = f"the run in {self.directory / 'config.json'}"
+        refuse_config_changes(self.config, self.loaded.config, what=where)
+        return self.loaded
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.loaded if self.loaded is not None else self.load()
+
+    def check(self, config: Config, dataset: Any) -> list[Record]:
+        """Refuse a config or data set the checkpoint does not fit; the records it was made after
+        (the first ``progress.records`` of ``metrics.jsonl``)."""
+        refuse_config_changes(self.config, config, what=f"the run in {self.directory}")
+        n, size = len(dataset.train), config.data.batch_size
+        num_batches = n // size if config.data.remainder == "drop" else -(-n // size)
+        position = self.checkpoint.progress.position
+        step = self.checkpoint.step
+        if position.epoch > config.train.epochs or (
+            position.epoch == config.train.epochs and position.batch
+        ):
+            raise ConfigError(
+                f"train.epochs: expected at least {position.epoch + bool(position.batch)} (the "
+                f"checkpoint at step {step} is in epoch {position.epoch + 1}), got "
+                f"{config.train.epochs}"
+            )
+        if position.step != position.epoch * num_batches + position.batch:
+            raise CheckpointError(
+                f"checkpoint: expected step {step} to be batch {position.batch} of epoch "
+                f"{position.epoch + 1} of {num_batches} batches, it is not (the data changed)"
+            )
+        data = data_fingerprint(dataset)
+        if self.checkpoint.data is not None and data != self.checkpoint.data:
+            raise CheckpointError(
+                f"data: expected the data set the run was trained on (SHA-256 "
+                f"{self.checkpoint.data[:12]}...), got different data (SHA-256 {data[:12]}...)"
+            )
+        return self._records()
+
+    def _records(self) -> list[Record]:
+        path = self.directory / "metrics.jsonl"
+        wanted = self.checkpoint.progress.records
+        records = []
+        try:
+            with open(path) as f:
+                for line in f:
+                    if len(records) == wanted:
+                        break
+                    records.append(json.loads(line))
+        except FileNotFoundError:
+            records = []
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(
+                f"{path}: expected the {wanted} records the checkpoint at step "
+                f"{self.checkpoint.step} was made after, got {type(err).__name__}: {err}"
+            ) from err
+        steps = [r.get("step") for r in records if isinstance(r, dict) and r.get("event") == "step"]
+        if len(records) != wanted or steps != list(range(1, self.checkpoint.step + 1)):
+            raise CheckpointError(
+                f"{path}: expected the {wanted} records the checkpoint at step "
+                f"{self.checkpoint.step} was made after (steps 1 to {self.checkpoint.step}), got "
+                f"{len(records)} records and {len(steps)} steps"
+            )
+        return records
+
+    def prepare(self, records: list[Record], config: Config, impl_name: str) -> None:
+        """Write what resuming changes: damaged newer checkpoints moved aside (never deleted),
+        ``metrics.jsonl`` cut back to the checkpoint's records, ``config.json`` updated."""
+        from shared import run
+
+        for step, _ in self.damaged:
+            aside = self.directory / DAMAGED_DIR
+            aside.mkdir(exist_ok=True)
+            target = aside / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+            shutil.move(str(checkpoints_of(self.directory) / str(step)), str(target))
+        path = self.directory / "metrics.jsonl"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".metrics.jsonl.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                for r in records:
+                    f.write(json.dumps(r) + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        resumes = list(self.run.get("resumes", []))
+        resumes.append(
+            {"step": self.checkpoint.step, "impl": impl_name, "from": self.checkpoint.impl}
+        )
+        data = {**self.run, "impl": impl_name, "config": config.to_dict(), "resumes": resumes}
+        run.write_json(self.directory / "config.json", data)
+
+
+# --- stopping on a signal -------------------------------------------------------------------------
+
+
+class GracefulStop:
+    """``should_stop`` for the trainer: true after SIGINT or SIGTERM; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            f"cvae: {signal.Signals(signum).name}: stopping after this step, once a checkpoint is "
+            "written (again to stop at once)",
+            file=sys.stderr,
+        )
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+# --- the canonical checkpoint file (cvae convert) -------------------------------------------------
+
+NPZ_METADATA = "metadata.json"
+
+
+def latest_of_run(run_dir: Path, *, step: int | None = None) -> Checkpoint:
+    """A run's checkpoint at ``step``, or its newest intact one."""
+    checkpoints = Checkpoints(checkpoints_of(run_dir))
+    try:
+        if step is None:
+            found, damaged = checkpoints.latest(latest_good=True)
+            for number, reason in damaged:
+                print(
+                    f"cvae: warning: skipped damaged checkpoint {number}: {reason}", file=sys.stderr
+                )
+            return found
+        if step not in checkpoints.steps():
+            raise CheckpointError(
+                f"--step: expected one of the checkpoints {checkpoints.steps()}, got {step}"
+            )
+        return checkpoints.restore(step)
+    finally:
+        checkpoints.close()
+
+
+def write_npz(path: Path, flat: dict[str, np.ndarray], metadata: dict[str, Any]) -> None:
+    """Arrays and a JSON document (a 0-d unicode array, so no pickle) in one NPZ, atomically."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **flat, **{NPZ_METADATA: np.array(json.dumps(metadata))})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    import zipfile
+    import zlib
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            flat = {key: npz[key] for key in npz.files}
+        metadata = json.loads(str(flat.pop(NPZ_METADATA)))
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        raise CheckpointError(
+            f"{path}: expected a canonical checkpoint (NPZ with {NPZ_METADATA}), got "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    return flat, metadata
+
+
+def convert(run_dir: Any, out: Path, *, step: int | None = None) -> dict[str, Any]:
+    """``cvae convert``: a run's checkpoint (or, without any, its ``params.npz``) as one canonical
+    NPZ; returns its metadata."""
+    from shared import run
+
+    path, data, config = read_run(run_dir)
+    if has_checkpoints(path):
+        checkpoint = latest_of_run(path, step=step)
+        meta = checkpoint.metadata()
+        meta["source"] = {"run": str(path), "checkpoint": checkpoint.step}
+        flat = flatten(checkpoint.arrays())
+    else:
+        if step is not None:
+            raise CheckpointError(
+                f"--step: expected a run with checkpoints, got {path}, which has none"
+            )
+        params_file = path / "params.npz"
+        if not params_file.is_file():
+            raise CheckpointError(
+                f"--run: expected checkpoints or params.npz in {path}, got neither"
+            )
+        params = run.load_params(params_file)
+        canonical.check(params, config.model, field=str(params_file))
+        flat = {f"params/{k}": v for k, v in run.flatten_params(params).items()}
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "impl": data["impl"],
+            "config": config.to_dict(),
+            "params_only": True,  # no optimiser state: the run kept none
+            "arrays": {name: array_digest(a) for name, a in flat.items()},
+            "source": {"run": str(path), "params": "params.npz"},
+        }
+    write_npz(out, flat, meta)
+    return meta
+
+
+def load_npz(path: Any) -> Checkpoint | dict[str, Any]:
+    """A canonical NPZ of :func:`convert`: the whole :class:`Checkpoint`, or for a params-only file
+    the canonical parameters."""
+    path = Path(path)
+    flat, meta = read_npz(path)
+    if isinstance(meta, dict) and meta.get("params_only"):
+        from shared import run
+
+        params = run.unflatten_params(
+            {k.removeprefix("params/"): v for k, v in flat.items()}, source=str(path)
+        )
+        canonical.check(params, Config.from_dict(meta["config"]).model, field=str(path))
+        return params
+    return from_parts(flat, meta, source=str(path))
+
+
+def check_out_file(path: Any, *, suffixes: tuple[str, ...], overwrite: bool = False) -> Path:
+    """An output file: a wanted suffix, an existing directory to write it in, never an existing
+    file replaced unless ``overwrite``."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ConfigError(
+            f"--out: expected a file path ending in {' or '.join(suffixes)}, got none"
+        )
+    out = Path(path).expanduser()
+    if out.suffix.lower() not in suffixes:
+        raise ConfigError(
+            f"--out: expected a file name ending in {' or '.join(suffixes)}, got {out.name!r}"
+        )
+    if out.is_dir():
+        raise ConfigError(f"--out: expected a file, got the directory {out}")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out: expected a new file, got {out}, which exists (--overwrite)")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out: expected an existing directory for {out.name}, got {out.parent}")
+    if not os.access(out.parent, os.W_OK):
+        raise ConfigError(f"--out: expected a writable directory, got {out.parent}")
+    return out

@@ -1,0 +1,209 @@
+"""A trained model from a run directory, and what ``cvae sample`` and ``cvae reconstruct`` make
+with it.
+
+The parameters come from the run's newest intact checkpoint (the state training reached, even if
+the run was stopped), or from ``params.npz`` for a run without checkpoints. Any installed
+implementation can load them: the parameters are canonical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shared import canonical
+from shared.config import Config
+from shared.errors import ConfigError, ParameterError
+
+MAX_SAMPLES = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A run's trained model behind an implementation."""
+
+    directory: Path
+    impl: Any
+    state: Any
+    config: Config
+    step: int | None  # the checkpoint's step, None for params.npz
+    source: str  # what the parameters were read from
+
+    @property
+    def image_shape(self) -> tuple[int, int]:
+        return image_shape_of(self.config)
+
+
+def image_shape_of(config: Config) -> tuple[int, int]:
+    """The images' ``(rows, cols)``: every bundled data set is square, anything else one row."""
+    d = config.model.input_dim
+    side = math.isqrt(d)
+    return (side, side) if side * side == d else (1, d)
+
+
+def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
+    """The run's parameters in ``impl_name`` (default: the implementation the run names)."""
+    from shared import checkpoint, protocol, run
+
+    path, data, config = checkpoint.read_run(run_dir)
+    impl = protocol.load(impl_name or data["impl"])
+    if checkpoint.has_checkpoints(path):
+        found = checkpoint.latest_of_run(path)
+        params, step = found.state["params"], found.step
+        source = str(checkpoint.checkpoints_of(path) / str(step))
+    else:
+        params_file = path / "params.npz"
+        if not params_file.is_file():
+            raise ParameterError(
+                f"--run: expected checkpoints or params.npz in {path} (cvae train writes them), "
+                "got neither"
+            )
+        params, step, source = run.load_params(params_file), None, str(params_file)
+    try:
+        canonical.check(params, config.model, field=source)
+        state = impl.from_canonical(params, config)
+    except ParameterError as err:
+        raise ParameterError(f"{source}: {err}") from err
+    return Trained(path, impl, state, config, step, source)
+
+
+# --- checks of the commands' own flags ---------------------------------------------------------
+
+
+def check_count(value: Any, flag: str = "--n", maximum: int = MAX_SAMPLES) -> int:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or not 1 <= value <= maximum:
+        raise ConfigError(f"{flag}: expected an integer in [1, {maximum}], got {value!r}")
+    return int(value)
+
+
+def check_labels(text: Any, num_classes: int) -> list[int]:
+    """``--label``: one label or a comma-separated list, each in ``[0, num_classes)``."""
+    if text is None:
+        raise ConfigError(f"--label: expected a label in [0, {num_classes}), got none")
+    labels = []
+    for part in str(text).split(","):
+        try:
+            label = int(part.strip())
+        except ValueError:
+            label = None
+        if label is None or not 0 <= label < num_classes:
+            raise ConfigError(
+                f"--label: expected labels in [0, {num_classes}) (model.num_classes), got "
+                f"{part.strip()!r}"
+            )
+        labels.append(label)
+    return labels
+
+
+def check_seed(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"--seed: expected an integer >= 0, got {value!r}")
+    return value
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+
+def write_arrays(path: Path, **arrays: Any) -> None:
+    """An NPZ of named arrays (no pickles), written atomically."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_functions(impl: Any, state: Any) -> dict[str, Any]:
+    """The served functions of a trained state, traceable with a symbolic batch size ``b``:
+
+    * ``generator(labels: i32[b], key: u32[k]) -> images f32[b, D]``: ``sigmoid(decode(z, c))``
+      with ``z = normal(key, (b, L))``; ``key`` is a JAX key's data (``jax.random.key_data``)
+    * ``encoder(x: f32[b, D], c: i32[b]) -> (mean, logvar)``, each ``f32[b, L]``
+    * ``decoder(z: f32[b, L], c: i32[b]) -> images f32[b, D]``: ``sigmoid(decode(z, c))``
+    """
+    from shared.model import generate
+
+    prng = prng_name()
+
+    def generator(labels, key):
+        return generate(impl, state, jax.random.wrap_key_data(key, impl=prng), labels)
+
+    def encoder(x, c):
+        return impl.encode(state, x, c)
+
+    def decoder(z, c):
+        return jax.nn.sigmoid(impl.decode(state, z, c))
+
+    return {"generator": generator, "encoder": encoder, "decoder": decoder}
+
+
+def prng_name() -> str:
+    """The name of JAX's default PRNG implementation (``threefry2x32`` unless configured)."""
+    return str(jax.random.key_impl(jax.random.key(0)))
+
+
+def sample(trained: Trained, labels: list[int], n: int, seed: int | None) -> tuple[Any, Any]:
+    """``n`` images per label from the compiled generator (the function ``cvae export`` writes);
+    the key is the run's own sample key unless ``seed`` is given."""
+    from shared.trainer import RunKeys
+
+    key = (
+        RunKeys.from_seed(trained.config.train.seed).sample
+        if seed is None
+        else jax.random.key(seed)
+    )
+    c = jnp.asarray(np.repeat(np.asarray(labels, np.int32), n))
+    generator = jax.jit(model_functions(trained.impl, trained.state)["generator"])
+    return np.asarray(generator(c, jax.random.key_data(key))), np.asarray(c)
+
+
+def write_samples(trained: Trained, out: Path, images_: Any, labels: Any) -> None:
+    from shared import images
+
+    if out.suffix.lower() == ".npz":
+        write_arrays(out, images=images_, labels=labels, image_shape=np.array(trained.image_shape))
+    else:
+        name = getattr(trained.impl, "name", "model")
+        images.sample_grid(images_, labels, trained.image_shape, out, title=f"{name}: samples")
+
+
+def reconstruct(trained: Trained, n: int) -> tuple[Any, Any, Any]:
+    """The first ``n`` test examples of the run's data set and their reconstructions,
+    ``sigmoid(decode(mean, c))``, through the compiled encoder and decoder."""
+    from shared import data
+
+    dataset = data.load(trained.config.data)
+    n = min(n, len(dataset.test))
+    x, c = jnp.asarray(dataset.test.x[:n]), jnp.asarray(dataset.test.c[:n])
+    fns = model_functions(trained.impl, trained.state)
+    encoder, decoder = jax.jit(fns["encoder"]), jax.jit(fns["decoder"])
+    mean, _ = encoder(x, c)
+    return np.asarray(x), np.asarray(c), np.asarray(decoder(mean, c))
+
+
+def write_reconstructions(trained: Trained, out: Path, x: Any, c: Any, recon: Any) -> None:
+    from shared import images
+
+    if out.suffix.lower() == ".npz":
+        write_arrays(
+            out, x=x, labels=c, reconstructions=recon, image_shape=np.array(trained.image_shape)
+        )
+    else:
+        name = getattr(trained.impl, "name", "model")
+        images.reconstruction_grid(
+            x, recon, trained.image_shape, out, title=f"{name}: reconstructions"
+        )

@@ -1,0 +1,381 @@
+"""``cvae bench`` on a tiny run, its renderer on a synthetic result file, and its refusals.
+
+No figure is asserted to be fast or slow: the tests check that every implementation and path is
+measured, that the file holds every expected key, that every ratio and derived figure is computed
+from the file's own numbers, that the page and plots are rendered, and that bad flags are refused
+with one line before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared import bench, protocol
+from shared.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    *("--batch-sizes", "2", "--rounds", "2", "--steps", "8", "--epoch-examples", "16"),
+    *("--unrolls", "1", "--devices", "1,2", "--mechanisms", "sharded"),
+    *("--parallel-impls", "pure_jax", "--parallel-batch", "2", "--roof-size", "64"),
+    "--no-progress",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """One real ``cvae bench`` in a fresh process, so that it arranges its own two host devices;
+    XLA compiles without optimisation there (no figure is checked, and it halves the time)."""
+    out = tmp_path_factory.mktemp("bench") / "out"
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_backend_optimization_level=0",
+    }
+    command = [sys.executable, "-m", "shared.cli", "bench", "--out", str(out), *TINY]
+    proc = subprocess.run(
+        command, env=env, cwd=out.parent, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"wrote {out}/" in proc.stdout
+    return out, json.loads((out / bench.RESULT_FILE).read_text())
+
+
+def expected_labels() -> set[str]:
+    labels = set()
+    for info in protocol.known():
+        if not info.installed:
+            continue
+        impl = protocol.load(info.name)
+        labels.add(info.name)
+        labels |= {f"{info.name}:{path}" for path in bench.paths_of(impl)}
+    return labels
+
+
+def test_writes_the_result_file_the_page_and_the_plots(tiny):
+    out, _ = tiny
+    assert (out / bench.RESULT_FILE).is_file()
+    page = (out / bench.PAGE_FILE).read_text()
+    assert page.startswith("# Performance")
+    for name in bench_report().PLOTS:
+        assert (out / f"bench_{name}.png").is_file(), name
+        assert f"(bench_{name}.png)" in page
+    assert "### batch 2" in page and "## Goals" in page
+
+
+def test_every_implementation_and_path_is_measured(tiny):
+    _, data = tiny
+    assert data["schema"] == bench.SCHEMA
+    assert list(data["batches"]) == ["2"]
+    batch = data["batches"]["2"]
+    assert {row["label"] for row in batch["paths"]} == expected_labels()
+    for row in batch["paths"]:
+        for key in ("trace_s", "lower_s", "compile_s", "first_call_s", "overhead_us"):
+            assert isinstance(row[key], float), (row["label"], key)
+        assert set(row["step_us"]) == {"median", "min", "max", "rounds"}
+        assert len(row["step_us"]["rounds"]) == 2
+        assert set(row["vs_pure_jax"]) == set(bench.RATIO_FIELDS)
+        if row["kind"] == "fast":
+            assert row["flops"] > 0
+            assert row["memory"]["temp_size_in_bytes"] >= 0
+            assert row["hlo"]["instructions"] > 0
+    assert {s["impl"] for s in batch["epoch"]} == {r["impl"] for r in batch["paths"]}
+    assert batch["roof"]["gflops_per_s"] > 0 and batch["layer_roof"]["gflops_per_s"] > 0
+    env = data["environment"]
+    for key in ("versions", "cpu_model", "cpu_count", "xla_flags", "backend"):
+        assert key in env
+    assert env["versions"]["jax"]
+    assert len(data["load_average"]["start"]) == 3 and len(data["load_average"]["end"]) == 3
+    assert data["peak_rss_bytes"] > 0
+    cases = {(r["impl"], r["mechanism"], r["devices"]) for r in data["data_parallel"]["rows"]}
+    assert cases == {
+        ("pure_jax", "none", 1),
+        ("pure_jax", "sharded", 1),
+        ("pure_jax", "sharded", 2),
+    }
+    assert env["device_count"] == 2 and env["xla_flags"] == "--xla_backend_optimization_level=0"
+    assert set(data["goals"]) == {"fast_within_ratio", "fast_overhead_us", "roof_fraction"}
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-12)
+
+
+def test_every_ratio_is_computed_from_its_own_numbers(tiny):
+    _, data = tiny
+    check_derived(data)
+
+
+def check_derived(data: dict) -> None:
+    for batch in data["batches"].values():
+        b, k = batch["batch_size"], batch["steps_per_round"]
+        roof = batch["roof"]["gflops_per_s"]
+        assert close(roof, batch["roof"]["flops"] / batch["roof"]["call_us"]["median"] / 1e3)
+        base = next(r for r in batch["paths"] if r["label"] == "pure_jax")
+        scans = {s["impl"]: s for s in batch["epoch"] if s["unroll"] == 1}
+        for row in batch["paths"]:
+            for field in bench.RATIO_FIELDS:
+                value, ref = bench._get(row, field), bench._get(base, field)
+                ok = value is not None and ref is not None and ref > 0  # else no ratio
+                expected = value / ref if ok else None
+                assert close(row["vs_pure_jax"][field], expected), (row["label"], field)
+            scan = scans[row["impl"]]
+            assert close(scan["step_us"], scan["call_us"]["median"] / k)
+            assert close(row["overhead_us"], row["step_us"]["median"] - scan["step_us"])
+            fast = next(
+                r for r in batch["paths"] if r["impl"] == row["impl"] and r["path"] == "fast"
+            )
+            assert close(row["gflops_per_s"], fast["flops"] / row["step_us"]["median"] / 1e3)
+            assert close(row["roof_fraction"], row["gflops_per_s"] / roof)
+            assert close(row["loop_examples_per_s"], b / row["step_us"]["median"] * 1e6)
+        for scan in batch["epoch"]:
+            assert close(scan["examples_per_s"], b * k / scan["call_us"]["median"] * 1e6)
+            ref = next(s for s in batch["epoch"] if s["impl"] == "pure_jax" and s["unroll"] == 1)
+            if scan["unroll"] == 1:
+                assert close(scan["vs_pure_jax"]["step_us"], scan["step_us"] / ref["step_us"])
+    rows = data["data_parallel"]["rows"]
+    cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in rows}
+    for row in rows:
+        serial = cell[(row["impl"], "none", 1)]["step_us"]["median"]
+        assert close(row["ratio_to_serial"], row["step_us"]["median"] / serial)
+        ref = cell[("pure_jax", row["mechanism"], row["devices"])]["step_us"]["median"]
+        assert close(row["vs_pure_jax"]["step_us.median"], row["step_us"]["median"] / ref)
+
+
+# --- the renderer, on a result file made up here --------------------------------------------------
+
+
+def bench_report():
+    from shared import bench_report
+
+    return bench_report
+
+
+def spread(median: float) -> dict:
+    return {"median": median, "min": 0.9 * median, "max": 1.2 * median, "rounds": [median]}
+
+
+def synthetic(load: float = 0.4) -> dict:
+    """A measured result as ``bench.run`` leaves it before :func:`bench.summarize`: pure JAX and
+    one other implementation with an idiomatic path of its own, at batch sizes 8 and 256."""
+    batches = {}
+    for b, us in ((8, 100.0), (256, 1000.0)):
+        flops = 1e6 * b
+        fast = dict(kind="fast", trace_s=0.2, lower_s=0.1, compile_s=1.0, first_call_s=1.4)
+        fast.update(flops=flops, memory={"temp_size_in_bytes": 2**20}, hlo=bench.hlo_stats(""))
+        rows = [
+            dict(impl="pure_jax", path="fast", label="pure_jax", **fast, step_us=spread(us)),
+            dict(
+                impl="pure_jax",
+                path="idiomatic",
+                label="pure_jax:idiomatic",
+                same_as_fast=True,
+                **fast,
+                step_us=spread(us),
+            ),
+            dict(impl="other", path="fast", label="other", **fast, step_us=spread(us * 1.05)),
+            dict(
+                impl="other",
+                path="other.jit",
+                label="other:other.jit",
+                kind="idiomatic",
+                trace_s=0.3,
+                lower_s=0.1,
+                compile_s=1.1,
+                first_call_s=1.6,
+                step_us=spread(us + 400.0),
+            ),
+        ]
+        epoch = [
+            dict(
+                impl=i,
+                unroll=1,
+                steps=16,
+                trace_s=0.2,
+                lower_s=0.1,
+                compile_s=1.5,
+                memory={},
+                call_us=spread(16 * us * 0.9),
+            )
+            for i in ("pure_jax", "other")
+        ]
+        epoch.append(dict(epoch[0], unroll=4, call_us=spread(16 * us * 0.8)))
+        batches[str(b)] = {
+            "batch_size": b,
+            "steps_per_round": 16,
+            "roof": {
+                "shape": [64, 64, 64],
+                "flops": 2 * 64**3,
+                "call_us": spread(5.0),
+                "gflops_per_s": 2 * 64**3 / 5.0 / 1e3,
+            },
+            "layer_roof": {
+                "shape": [b, 794, 256],
+                "flops": 2.0 * b * 794 * 256,
+                "call_us": spread(50.0),
+                "gflops_per_s": 2.0 * b * 794 * 256 / 5e4,
+            },
+            "paths": rows,
+            "epoch": epoch,
+            "peak_rss_bytes": 2**29,
+        }
+    parallel = [
+        dict(impl=i, mechanism=m, devices=n, first_call_s=1.0, step_us=spread(500.0 * n))
+        for i in ("pure_jax", "other")
+        for m, n in (("none", 1), ("sharded", 2), ("shard_map", 2))
+    ]
+    return {
+        "schema": bench.SCHEMA,
+        "command": ["cvae", "bench"],
+        "settings": bench.Settings(batch_sizes=(8, 256)).to_dict(),
+        "environment": {
+            "versions": {"python": "3.11", "jax": "0.10.2", "jaxlib": "0.10.2", "flax": None},
+            "backend": "cpu",
+            "device_kind": "cpu",
+            "device_count": 2,
+            "cpu_model": "Made-up CPU",
+            "cpu_count": 2,
+            "usable_cores": 2,
+            "platform": "Linux",
+            "xla_flags": "",
+            "jax_platforms": "",
+        },
+        "load_average": {"start": [load, 0, 0], "during": [[load, 0, 0]], "end": [load, 0, 0]},
+        "started": "2026-01-01 00:00:00",
+        "duration_s": 60.0,
+        "peak_rss_bytes": 2**29,
+        "batches": batches,
+        "data_parallel": {
+            "batch_size": 256,
+            "steps_per_round": 16,
+            "backend": "cpu",
+            "note": "forced host devices share the machine's cores",
+            "rows": parallel,
+            "skipped": [],
+        },
+    }
+
+
+def load_render():
+    spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_summarize_derives_ratios_and_goals_from_a_synthetic_file():
+    data = bench.summarize(synthetic())
+    check_derived(data)
+    rows = {r["label"]: r for r in data["batches"]["8"]["paths"]}
+    assert math.isclose(rows["other"]["vs_pure_jax"]["step_us.median"], 1.05)
+    assert math.isclose(rows["other:other.jit"]["vs_fast"]["extra_us"], 400.0 - 5.0)
+    assert data["goals"]["fast_within_ratio"]["met"] is False
+    assert data["goals"]["fast_within_ratio"]["worst"]["label"] == "other"
+    assert data["goals"]["roof_fraction"]["batch"] == 256
+    assert bench.summarize(copy.deepcopy(data)) == data  # derived only from measured figures
+
+
+def test_renderer_writes_the_page_and_plots_from_a_synthetic_file(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    source = results / "bench_cpu.json"
+    source.write_text(json.dumps(bench.summarize(synthetic(load=3.0))))
+    (results / "data_parallel_cpu.json").write_text(
+        json.dumps(
+            {
+                "jax": "0.10.2",
+                "backend": "cpu",
+                "device_kind": "cpu",
+                "cpu_count": 2,
+                "batch_size": 256,
+                "rounds": 1,
+                "steps": 4,
+                "note": "forced host devices share the machine's cores",
+                "rows": [
+                    dict(
+                        impl="pure_jax",
+                        mechanism=m,
+                        devices=n,
+                        median_us=1.0,
+                        min_us=1.0,
+                        max_us=1.0,
+                        ratio_to_serial=1.0,
+                    )
+                    for m, n in (("none", 1), ("sharded", 2))
+                ],
+            }
+        )
+    )
+    out = tmp_path / "docs" / "performance.md"
+    out.parent.mkdir()
+    render = load_render()
+    assert render.main(["--bench", str(source), "--results", str(results), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("# Performance")
+    for text in (
+        "### batch 8",
+        "### batch 256",
+        "| other:other.jit |",
+        "1.050x",
+        "**These figures were taken on a loaded machine**",
+        "## Data parallelism: `data_parallel_cpu.json`",
+        "forced host devices share the machine's cores",
+        "within 1.03x from",
+    ):
+        assert text in page, text
+    for name in bench_report().PLOTS:
+        assert f"(img/bench_{name}.png)" in page
+        assert (out.parent / "img" / f"bench_{name}.png").stat().st_size > 1000
+    quiet = bench_report().page(bench.summarize(synthetic()), {}, source="x", generated_by="y")
+    assert "loaded machine" not in quiet
+
+
+# --- refusals -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--batch-sizes", "0,8"], "--batch-sizes"),
+        (["--batch-sizes", "8,a"], "--batch-sizes"),
+        (["--rounds", "0"], "--rounds"),
+        (["--steps", "many"], "--steps"),
+        (["--epoch-examples", "-1"], "--epoch-examples"),
+        (["--unrolls", "1,-2"], "--unrolls"),
+        (["--devices", "0"], "--devices"),
+        (["--mechanisms", "pmap,ring"], "--mechanisms"),
+        (["--parallel-batch", "3", "--devices", "1,2"], "--parallel-batch"),
+        (["--roof-size", "0"], "--roof-size"),
+        (["--impls", "no_such_impl"], "impl"),
+        (["--impls", "pure_jax", "--parallel-impls", "no_such"], "--parallel-impls"),
+    ],
+)
+def test_bad_flags_are_refused_with_one_line_and_nothing_written(tmp_path, capsys, args, field):
+    out = tmp_path / "out"
+    assert main(["bench", "--out", str(out), "--no-progress", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"cvae: error: {field}: expected"), err
+    assert "got" in err
+    assert not out.exists()
+
+
+def test_a_non_empty_out_is_refused_unless_a_previous_benchmark(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["bench", "--out", str(out), *TINY]) == 2
+    assert capsys.readouterr().err.startswith("cvae: error: --out: expected an empty")
+    assert main(["bench", "--out", str(out), "--overwrite", *TINY]) == 2
+    assert "not a previous benchmark" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

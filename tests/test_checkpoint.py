@@ -1,0 +1,465 @@
+"""Checkpoints (``shared/checkpoint.py``): the canonical train state, saving and verifying, exact
+resume after SIGKILL and SIGINT, resuming with another framework, damaged checkpoints, refusals.
+
+The runs are tiny (synthetic data, 8 steps per epoch, 4 epochs). Killing a run mid-save is made
+deterministic by the ``CVAE_CHECKPOINT_SLOW_SAVE`` hook: the N-th save sleeps just before its
+commit, so the test knows where the process is when it kills it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from shared import checkpoint, protocol
+from shared.cli import main
+from shared.config import Config, DataConfig, ModelConfig
+from shared.errors import CheckpointError
+from shared.trainer import Position, Progress, RunKeys
+from shared.validation import Batch
+
+TINY = [
+    *("--data", "synthetic", "--batch-size", "64", "--latent-dim", "2", "--encoder-dims", "8"),
+    *("--decoder-dims", "8", "--iw-samples", "1", "--no-progress", "--epochs", "4"),
+]
+STEPS_PER_EPOCH = 512 // 64
+TOTAL = 4 * STEPS_PER_EPOCH
+WAIT = 120.0  # seconds a subprocess may take to reach the point the test waits for
+INSTALLED = [i.name for i in protocol.known() if i.installed and i.name in protocol.BUILTIN]
+IMPL = "haiku" if "haiku" in INSTALLED else "pure_jax"  # the runs' implementation
+OTHER = "flax_nnx" if "flax_nnx" in INSTALLED else None  # the one that takes a run over
+
+
+def config() -> Config:
+    model = ModelConfig(
+        input_dim=64, num_classes=10, latent_dim=2, encoder_dims=(8,), decoder_dims=(8,)
+    )
+    return Config(model=model, data=DataConfig(name="synthetic"))
+
+
+@contextlib.contextmanager
+def fast_outputs():
+    """cvae train without its final evaluation and pictures (tested elsewhere), to keep it quick."""
+    from shared import evaluate, images, run
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evaluate, "evaluate", lambda *a, **k: {})
+        mp.setattr(evaluate, "describe", lambda *a, **k: "")
+        mp.setattr(run, "write_pictures", lambda *a, **k: None)
+        mp.setattr(images, "metric_panels", lambda *a, **k: None)
+        yield
+
+
+def train(*args: str) -> int:
+    with fast_outputs():
+        return main(["train", *args])
+
+
+def records(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock seconds (the only field that may differ)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
+
+
+def final_state(run_dir: Path) -> dict[str, np.ndarray]:
+    latest = checkpoint.latest_of_run(run_dir)
+    assert latest.step == TOTAL
+    return checkpoint.flatten(latest.state)
+
+
+def committed(run_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@functools.cache
+def reference_tree() -> dict:
+    """The canonical state of pure JAX three steps in, so Adam's moments and count are not
+    trivial."""
+    ref = protocol.load("pure_jax")
+    state = ref.init(jax.random.key(0), config())
+    x = jax.random.uniform(jax.random.key(1), (16, 64))
+    c = jax.numpy.arange(16, dtype=jax.numpy.int32) % 10
+    step = jax.jit(ref.train_step)
+    for t in range(3):
+        state, _ = step(state, Batch(x, c), jax.random.key(t))
+    return checkpoint.canonical_state(ref, state)
+
+
+# --- the canonical train state -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", INSTALLED)
+def test_canonical_state_round_trips_exactly_in_every_implementation(name):
+    tree = reference_tree()
+    assert int(tree["step"]) == 3 and int(tree["opt_state"]["count"]) == 3
+    assert np.any(tree["opt_state"]["nu"]["latent"]["kernel"] > 0)
+    impl = protocol.load(name)
+    back = checkpoint.canonical_state(impl, checkpoint.implementation_state(impl, tree, config()))
+    flat, flat_back = checkpoint.flatten(tree), checkpoint.flatten(back)
+    assert flat.keys() == flat_back.keys()
+    for key in flat:
+        assert flat[key].dtype == flat_back[key].dtype, key
+        np.testing.assert_array_equal(flat[key], flat_back[key], err_msg=key)
+
+
+@pytest.mark.parametrize("name", INSTALLED)
+def test_moments_land_beside_their_parameters_in_every_framework(name):
+    # optax updates each parameter leaf with the moment leaf at the same place of the framework's
+    # own tree: with mu = 2 * params and nu = 3 * params, every pair must line up, transposes and
+    # renamings included.
+    tree = reference_tree()
+    scaled = {
+        **tree,
+        "opt_state": {
+            "count": tree["opt_state"]["count"],
+            "mu": jax.tree.map(lambda a: 2 * a, tree["params"]),
+            "nu": jax.tree.map(lambda a: 3 * a, tree["params"]),
+        },
+    }
+    impl = protocol.load(name)
+    state = checkpoint.implementation_state(impl, scaled, config())
+    adam = checkpoint._adam_state(state.opt_state, impl)
+    assert int(adam.count) == 3 and int(state.step) == 3
+    for factor, moment in ((2, adam.mu), (3, adam.nu)):
+        pairs = jax.tree.leaves(jax.tree.map(lambda p, m: (p, m), state.params, moment))
+        assert len(pairs) == 2 * len(jax.tree.leaves(tree["params"]))
+        for p, m in zip(pairs[::2], pairs[1::2], strict=True):
+            np.testing.assert_array_equal(factor * np.asarray(p), np.asarray(m))
+
+
+def test_a_foreign_optimiser_state_is_refused():
+    ref = protocol.load("pure_jax")
+    state = ref.init(jax.random.key(0), config())
+    bad = state.replace(opt_state=(state.opt_state, state.opt_state))
+    with pytest.raises(CheckpointError, match="opt_state: expected the state of SPEC section 5"):
+        checkpoint.canonical_state(ref, bad)
+
+
+# --- saving, verifying --------------------------------------------------------------------------
+
+
+def saved(tmp_path: Path, count: int = 3, keep: int = 2) -> checkpoint.Checkpoints:
+    checkpoints = checkpoint.Checkpoints(tmp_path / "checkpoints", keep=keep, writable=True)
+    for step in range(1, count + 1):
+        tree = {**reference_tree(), "step": np.int32(step)}
+        progress = Progress(Position(step, 0, step), ((1.5, 1.0, 0.5),) * step, 2 * step, 0.1)
+        checkpoints.save(
+            checkpoint.Checkpoint(
+                tree, RunKeys.from_seed(0), progress, config(), "pure_jax", "data"
+            )
+        )
+    return checkpoints
+
+
+@pytest.mark.filterwarnings("error::DeprecationWarning")
+def test_save_and_restore_keep_every_bit_and_only_the_latest(tmp_path):
+    checkpoints = saved(tmp_path, count=4, keep=2)
+    try:
+        assert checkpoints.steps() == [3, 4]
+        restored = checkpoints.restore(4)
+    finally:
+        checkpoints.close()
+    assert restored.progress == Progress(Position(4, 0, 4), ((1.5, 1.0, 0.5),) * 4, 8, 0.1)
+    assert restored.impl == "pure_jax" and restored.config == config()
+    keys = RunKeys.from_seed(0)
+    for a, b in zip(
+        checkpoint.key_data(restored.keys)[0], checkpoint.key_data(keys)[0], strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    meta = json.loads((tmp_path / "checkpoints" / "4" / "meta" / "metadata").read_text())
+    assert meta["arrays"]["params/latent/kernel"]["sha256"]
+    assert meta["step"] == 4 and meta["config"]["model"]["latent_dim"] == 2
+    # arrays (TensorStore's OCDBT under arrays/) and JSON, nothing else, no pickle anywhere
+    for path in (tmp_path / "checkpoints" / "4").rglob("*"):
+        if path.is_file() and "arrays" not in path.parts and path.name != "commit_success.txt":
+            json.loads(path.read_text())
+
+
+def _corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flip":
+        path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip", "delete"])
+def test_a_damaged_latest_checkpoint_is_reported_by_step(tmp_path, how):
+    checkpoints = saved(tmp_path, count=3, keep=3)
+    try:
+        target = max(
+            (p for p in (tmp_path / "checkpoints" / "3" / "arrays").rglob("*") if p.is_file()),
+            key=lambda p: p.stat().st_size,
+        )
+        _corrupt(target, how)
+        word = {"truncate": "truncated", "flip": "corrupted", "delete": "missing"}[how]
+        with pytest.raises(CheckpointError, match=f"step 3, is damaged.*{word}"):
+            checkpoints.latest(latest_good=False)
+        good, damaged = checkpoints.latest(latest_good=True)
+    finally:
+        checkpoints.close()
+    assert good.step == 2 and [s for s, _ in damaged] == [3]
+
+
+def test_damaged_metadata_is_reported_too(tmp_path):
+    checkpoints = saved(tmp_path, count=2, keep=2)
+    try:
+        (tmp_path / "checkpoints" / "2" / "meta" / "metadata").write_text("{not json")
+        with pytest.raises(CheckpointError, match="step 2, is damaged"):
+            checkpoints.latest(latest_good=False)
+        (tmp_path / "checkpoints" / "1" / "cvae_files.json").write_text("[]")
+        with pytest.raises(CheckpointError, match="expected an intact checkpoint, got none"):
+            checkpoints.latest(latest_good=True)
+    finally:
+        checkpoints.close()
+
+
+# --- runs: an uninterrupted reference, a run killed in the middle of a save ---------------------
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """4 epochs in one go."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert train("--impl", IMPL, *TINY, "--checkpoint-every", "0", "--out", str(out)) == 0
+    return out
+
+
+def _start(out: Path, slow: str) -> subprocess.Popen:
+    """``cvae train`` in a new process (from outside the source tree, so it runs what is
+    installed), every DeprecationWarning an error."""
+    env = {**os.environ, checkpoint.SLOW_SAVE_ENV: slow, "JAX_PLATFORMS": "cpu"}
+    command = [
+        *(sys.executable, "-W", "error::DeprecationWarning", "-m", "shared.cli", "train"),
+        *("--impl", IMPL, *TINY, "--checkpoint-every", "3", "--out", str(out)),
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=out.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(process: subprocess.Popen, predicate, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        if process.poll() is not None:
+            raise AssertionError(
+                f"exited {process.returncode} before {what}: {process.stderr.read()[-2000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _tmp_of(directory: Path, step: int) -> list[Path]:
+    return list(directory.glob(f"{step}.orbax-checkpoint-tmp*")) if directory.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """Haiku (pure JAX without it), checkpoints every 3 steps; SIGKILL while the third save (step
+    9, in epoch 2) sleeps before its commit. Checkpoints 3 and 6 are committed, metrics.jsonl runs
+    on to step 9."""
+    out = tmp_path_factory.mktemp("killed") / "run"
+    process = _start(out, "3:600")
+    try:
+        _wait_for(process, lambda: _tmp_of(out / "checkpoints", 9), "the save of step 9")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+    assert process.returncode == -signal.SIGKILL
+    return out
+
+
+def test_a_crash_during_a_save_leaves_the_previous_checkpoints_intact(killed):
+    assert _tmp_of(killed / "checkpoints", 9)  # the save that was killed, never committed
+    assert committed(killed) == [3, 6]
+    checkpoints = checkpoint.Checkpoints(killed / "checkpoints")
+    try:
+        assert checkpoints.steps() == [3, 6]
+        latest, damaged = checkpoints.latest(latest_good=False)
+    finally:
+        checkpoints.close()
+    assert damaged == [] and latest.step == 6
+    assert latest.progress.position == Position(6, 0, 6)  # in the middle of the first epoch
+    assert len(records(killed)) == 10  # steps 1-9 and epoch 1: past the checkpoint
+
+
+def test_resume_after_sigkill_mid_epoch_is_bit_identical(killed, reference, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(killed, run)
+    assert train("--resume", str(run), "--no-progress", "--iw-samples", "1") == 0
+    assert not _tmp_of(run / "checkpoints", 9)  # the crashed save's leftovers are gone
+    assert records(run) == records(reference)
+    ours, theirs = final_state(run), final_state(reference)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    same = json.loads((run / "config.json").read_text())
+    assert same["resumes"] == [{"step": 6, "impl": IMPL, "from": IMPL}]
+
+
+@pytest.mark.skipif(OTHER is None, reason="needs flax")
+def test_another_framework_continues_the_run(killed, reference, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(killed, run)
+    args = ["--resume", str(run), "--impl", OTHER, "--no-progress", "--iw-samples", "1"]
+    assert train(*args) == 0
+    ours, theirs = final_state(run), final_state(reference)
+    for key in ours:
+        np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    mine, ref = records(run), records(reference)
+    assert [(r["event"], r["step"]) for r in mine] == [(r["event"], r["step"]) for r in ref]
+    assert mine[:6] == ref[:6]  # the steps taken before the crash are kept as they were
+    for a, b in zip(mine, ref, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], float):
+                assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-5), (a["step"], k)
+    written = json.loads((run / "config.json").read_text())
+    assert written["impl"] == OTHER
+    assert written["resumes"] == [{"step": 6, "impl": OTHER, "from": IMPL}]
+    assert checkpoint.latest_of_run(run).impl == OTHER
+
+
+def test_sigint_stops_after_a_checkpoint_and_resumes_exactly(reference, tmp_path):
+    out = tmp_path / "run"
+    process = _start(out, "2:2")  # the second save (step 6) takes 2 s: SIGINT arrives during it
+    try:
+        _wait_for(process, lambda: _tmp_of(out / "checkpoints", 6), "the save of step 6")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert "stopped at step 6 (epoch 1, batch 6)" in stderr, stderr
+    assert f"--resume {out}" in stderr
+    assert "Traceback" not in stderr
+    assert committed(out) == [3, 6]
+    assert len(records(out)) == 6
+    assert train("--resume", str(out), "--no-progress", "--iw-samples", "1") == 0
+    assert records(out) == records(reference)
+    ours, theirs = final_state(out), final_state(reference)
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+# --- damaged checkpoints and refusals through the CLI --------------------------------------------
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(killed, run)
+    target = next(
+        p
+        for p in (run / "checkpoints" / "6" / "arrays").rglob("*")
+        if p.is_file() and p.stat().st_size > 64
+    )
+    _corrupt(target, "truncate")
+    before = _snapshot(run)
+    assert train("--resume", str(run), "--no-progress") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("cvae: error: checkpoint:")
+    assert "step 6, is damaged" in err and "--resume-latest-good" in err
+    assert _snapshot(run) == before  # nothing written
+
+    assert (
+        train("--resume", str(run), "--resume-latest-good", "--no-progress", "--iw-samples", "1")
+        == 0
+    )
+    out = capsys.readouterr()
+    assert "checkpoint 6 is damaged" in out.err and "resuming" in out.out and "step 3" in out.out
+    assert list((run / checkpoint.DAMAGED_DIR).iterdir())  # moved aside, not deleted
+    assert checkpoint.latest_of_run(run).step == TOTAL
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--latent-dim", "3", "--beta", "2"], "model.latent_dim, loss.beta: expected the values"),
+        (["--batch-size", "32"], "data.batch_size: expected the values"),
+        (["--epochs", "0"], "train.epochs: expected an integer >= 1"),
+        (["--out", "elsewhere"], "--out: expected none with --resume"),
+        (["--checkpoint-every", "-1"], "--checkpoint-every: expected an integer >= 0"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints: expected an integer >= 1"),
+    ],
+)
+def test_resume_refuses_other_settings_naming_them(killed, capsys, extra, message):
+    before = _snapshot(killed)
+    assert train("--resume", str(killed), "--no-progress", *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert _snapshot(killed) == before
+
+
+def test_resume_refuses_fewer_epochs_than_done(reference, capsys):
+    before = _snapshot(reference)
+    assert train("--resume", str(reference), "--no-progress", "--epochs", "3") == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.epochs: expected at least 4 (the checkpoint at step 32" in err, err
+    assert _snapshot(reference) == before
+
+
+def test_resume_refuses_a_config_json_that_disagrees_with_its_checkpoint(killed, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(killed, run)
+    config_file = run / "config.json"
+    data = json.loads(config_file.read_text())
+    data["config"]["model"]["latent_dim"] = 5
+    config_file.write_text(json.dumps(data))
+    before = _snapshot(run)
+    assert train("--resume", str(run), "--no-progress") == 2
+    err = capsys.readouterr().err.strip()
+    assert "model.latent_dim: expected the values of the run in" in err, err
+    assert _snapshot(run) == before
+
+
+def test_resume_of_what_is_not_a_resumable_run(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "nockpt").mkdir()
+    (tmp_path / "nockpt" / "config.json").write_text(
+        json.dumps({"impl": "pure_jax", "config": config().to_dict()})
+    )
+    for target, message in (
+        (tmp_path / "missing", "--resume: expected a run directory of cvae train"),
+        (tmp_path / "empty", "holds none"),
+        (tmp_path / "nockpt", "checkpoints (cvae train writes checkpoints there), got no such"),
+    ):
+        assert train("--resume", str(target), "--no-progress") == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and message in err, err
+    assert train("--resume-latest-good", "--no-progress") == 2
+    assert "expected only with --resume" in capsys.readouterr().err
