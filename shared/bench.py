@@ -55,7 +55,8 @@ PAGE_FILE = "bench.md"
 BATCH_SIZES = (1, 8, 64, 256, 1024)
 MECHANISMS = tuple(m for m in DATA_PARALLEL if m != "none")
 MIN_STEPS = 8  # steps of a timed round, whatever the batch size
-LOADED = 1.5  # a 1-minute load average above this marks the figures as taken on a loaded machine
+LOADED = 1.5  # a 1-minute load average above this at the start marks a loaded machine
+OTHERS = 0.25  # ... and so do other processes using more cores than this during the run
 FAST = "fast"
 SAME_AS_FAST = "idiomatic"  # the idiomatic path of an implementation whose fast path it is
 # The figures of a path row that get a ratio to pure JAX (dotted: nested fields).
@@ -118,7 +119,7 @@ QUICK = dict(
     steps=48,
     epoch_examples=2048,
     unrolls=(1,),
-    devices=(1, 2),
+    devices=(2,),
     mechanisms=("sharded", "shard_map"),
     parallel_impls=(REFERENCE,),
 )
@@ -305,6 +306,41 @@ def load_average() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except OSError:
         return None
+
+
+class CpuMeter:
+    """What the other processes on the machine use while this one runs, in cores: the machine's
+    busy CPU time (``/proc/stat``) minus this process's own (``os.times``), per wall second. The
+    load average cannot tell, since it counts this process's own threads too."""
+
+    def __init__(self) -> None:
+        self.last = self._sample()
+        self.first = self.last
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+        own = sum(os.times()[:2])
+        return time.monotonic(), busy, own
+
+    @staticmethod
+    def _cores(a, b) -> float | None:
+        if a is None or b is None or b[0] <= a[0]:
+            return None
+        return max(0.0, round(((b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0]), 3))
+
+    def lap(self) -> float | None:
+        """Other processes' cores since the previous lap."""
+        now = self._sample()
+        cores, self.last = self._cores(self.last, now), now
+        return cores
+
+    def total(self) -> float | None:
+        return self._cores(self.first, self._sample())
 
 
 def peak_rss_bytes() -> int:
@@ -535,6 +571,9 @@ def run(
         "load_average": {"start": load_average(), "during": [], "end": None},
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
     }
+    others = {"cores": None, "phases": {}}
+    result["other_processes_cpu"] = others
+    meter = CpuMeter()
     bar = _Progress(_work(settings, impls), progress)
     events = _Events()
     jax.monitoring.register_event_duration_secs_listener(events)
@@ -547,9 +586,13 @@ def run(
         for b in settings.batch_sizes:
             result["load_average"]["during"].append(load_average())
             bar.stage = f"batch {b}"
+            meter.lap()
             result["batches"][str(b)] = _measure_batch(settings, impls, params, b, events, bar)
+            others["phases"][f"batch {b}"] = meter.lap()
         bar.stage = "data parallel"
         result["data_parallel"] = _measure_parallel(settings, impls, params, bar)
+        others["phases"]["data parallel"] = meter.lap()
+        others["cores"] = meter.total()
     finally:
         jax.monitoring.unregister_event_duration_listener(events)
         bar.close()
@@ -650,7 +693,7 @@ def _measure_batch(
     layer = (jax.random.normal(ka, (b, fan_in)), jax.random.normal(kb, (fan_in, width)))
     jax.block_until_ready((states, scan_states, square, layer))
 
-    # 1. compile every path from cold caches; keep the fast paths' executables
+    # 1. every fast path from cold caches, trace, lower and compile apart; keep the executables
     for name, impl in impls.items():
         state = states[name]
         jitted = jax.jit(impl.train_step, donate_argnums=0)
@@ -672,30 +715,6 @@ def _measure_batch(
         }
         timed.append(_Timed((name, FAST), _loop(compiled, batches, key_list), state))
         bar.tick(f"compile {name}")
-        for path, make in paths_of(impl).items():
-            if make is None:
-                bar.tick()
-                continue
-            step, objects = made[(name, path)]
-            jax.clear_caches()
-            with events.collect() as seconds:
-                start = time.perf_counter()
-                objects, metrics = step(objects, batches[0], key_list[0])
-                jax.block_until_ready((objects, metrics))
-                first = time.perf_counter() - start
-            rows[(name, path)] = {
-                "impl": name,
-                "path": path,
-                "label": f"{name}:{path}",
-                "kind": "idiomatic",
-                "timing": "first call, split by JAX's trace, lower and compile events",
-                "trace_s": seconds[TRACE_EVENT],
-                "lower_s": seconds[LOWER_EVENT],
-                "compile_s": seconds[COMPILE_EVENT],
-                "first_call_s": first,
-            }
-            timed.append(_Timed((name, path), _loop(step, batches, key_list), objects))
-            bar.tick(f"compile {name}:{path}")
 
     # 2. the epoch as one call, for every implementation (and unroll values for pure JAX)
     scans: dict[tuple[str, int], dict[str, Any]] = {}
@@ -721,7 +740,35 @@ def _measure_batch(
             timed.append(_Timed(("scan", name, unroll), call, state))
             bar.tick(f"compile scan {name} unroll {unroll}")
 
-    # 3. warm-up: every path, and every program cleared from the caches by a later compile
+    # 3. the idiomatic paths last, each from cold caches (only the last one measured keeps its
+    #    executable; the others compile again in the warm-up)
+    for name, impl in impls.items():
+        for path, make in paths_of(impl).items():
+            if make is None:
+                bar.tick()
+                continue
+            step, objects = made[(name, path)]
+            jax.clear_caches()
+            with events.collect() as seconds:
+                start = time.perf_counter()
+                objects, metrics = step(objects, batches[0], key_list[0])
+                jax.block_until_ready((objects, metrics))
+                first = time.perf_counter() - start
+            rows[(name, path)] = {
+                "impl": name,
+                "path": path,
+                "label": f"{name}:{path}",
+                "kind": "idiomatic",
+                "timing": "first call, split by JAX's trace, lower and compile events",
+                "trace_s": seconds[TRACE_EVENT],
+                "lower_s": seconds[LOWER_EVENT],
+                "compile_s": seconds[COMPILE_EVENT],
+                "first_call_s": first,
+            }
+            timed.append(_Timed((name, path), _loop(step, batches, key_list), objects))
+            bar.tick(f"compile {name}:{path}")
+
+    # 4. warm-up: every path, and every program cleared from the caches by a later compile
     for item in timed:
         _, item.state = item.run(item.state)
         bar.tick("warm-up")
@@ -729,7 +776,7 @@ def _measure_batch(
     timed.append(_Timed(("roof",), _roof_timer(*square, roof_calls), None))
     timed.append(_Timed(("layer roof",), _roof_timer(*layer, k), None))
 
-    # 4. the timed rounds
+    # 5. the timed rounds
     _interleave(timed, settings.rounds, bar.tick)
 
     by_key = {item.key: item for item in timed}
@@ -737,23 +784,25 @@ def _measure_batch(
     roof_flops = 2.0 * n**3
     layer_calls = _spread(by_key[("layer roof",)].seconds, k)
     layer_flops = 2.0 * b * fan_in * width
+    for key, row in rows.items():
+        row["step_us"] = _spread(by_key[key].seconds, k)
     out_rows = []
-    for (name, path), row in rows.items():
-        item = by_key[(name, path)]
-        row["step_us"] = _spread(item.seconds, k)
-        out_rows.append(row)
-        if path == FAST:
-            for other in paths_of(impls[name]):
-                if paths_of(impls[name])[other] is None:
-                    out_rows.append(
-                        {
-                            **row,
-                            "path": SAME_AS_FAST,
-                            "label": f"{name}:{SAME_AS_FAST}",
-                            "kind": "idiomatic",
-                            "same_as_fast": True,
-                        }
-                    )
+    for name, impl in impls.items():  # each fast path, then its idiomatic paths
+        fast = rows[(name, FAST)]
+        out_rows.append(fast)
+        for path, make in paths_of(impl).items():
+            if make is not None:
+                out_rows.append(rows[(name, path)])
+            else:
+                out_rows.append(
+                    {
+                        **fast,
+                        "path": SAME_AS_FAST,
+                        "label": f"{name}:{SAME_AS_FAST}",
+                        "kind": "idiomatic",
+                        "same_as_fast": True,
+                    }
+                )
     for (name, unroll), scan in scans.items():
         scan["call_us"] = _spread(by_key[("scan", name, unroll)].seconds, 1)
     return {
@@ -979,10 +1028,16 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def loaded(result: dict[str, Any]) -> bool:
-    """Whether the 1-minute load average was above :data:`LOADED` at any sample."""
-    load = result.get("load_average", {})
-    samples = [load.get("start"), *load.get("during", []), load.get("end")]
-    return any(s is not None and s[0] > LOADED for s in samples)
+    """Whether other work shared the machine: a 1-minute load average above :data:`LOADED` at the
+    start, or other processes using more than :data:`OTHERS` cores over the run (or twice that
+    over one of its phases). The load average during and at the end counts this process too."""
+    start = result.get("load_average", {}).get("start")
+    if start is not None and start[0] > LOADED:
+        return True
+    others = result.get("other_processes_cpu") or {}
+    phases = [c for c in (others.get("phases") or {}).values() if c is not None]
+    total = others.get("cores")
+    return (total is not None and total > OTHERS) or any(c > 2 * OTHERS for c in phases)
 
 
 # --- writing --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.bench import FAST, LOADED, REFERENCE, fast_row, loaded, scan_row
+from shared.bench import FAST, LOADED, OTHERS, REFERENCE, fast_row, loaded, scan_row
 
 GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
 WITHIN = 1.03  # an idiomatic path "stops mattering" once it is this close to the fast path
@@ -29,15 +29,16 @@ PLOTS = {
 HOW = {
     "pure_jax": "The parameters are a plain pytree and the step a pure function of arrays, so the "
     "idiomatic step is the fast path: `jax.jit(train_step, donate_argnums=0)`.",
-    "flax_linen": "`nn.Module.apply` is already functional: the state is a pytree (parameters, "
-    "optimiser state, static config), so the idiomatic step is the fast path.",
+    "flax_linen": "`model.apply` is a pure function of the variable dict and Flax's "
+    "`TrainState` a pytree (with `apply_fn`, `tx` and the config static), so the idiomatic step "
+    "is the fast path.",
     "flax_nnx": "`nnx.jit` walks the model's and the optimizer's object graph in Python on every "
     "call, and `nnx.cached_partial` caches that walk but still syncs the objects in and out. The "
     "fast path splits the model once (`nnx.split`: a static `GraphDef`, cached per config, and a "
     "`State` of arrays) and `nnx.merge`s it inside the trace, so the graph is walked only while "
     "tracing and a call costs what a `jax.jit` call costs.",
-    "haiku": "`hk.transform` gives pure `init` and `apply` functions over a parameter dict, so "
-    "the idiomatic step is the fast path.",
+    "haiku": "`hk.multi_transform` gives pure `init` and `apply` functions over a parameter "
+    "dict, so the idiomatic step is the fast path.",
     "equinox": "`eqx.filter_jit` partitions its arguments into arrays and the rest in Python on "
     "every call, and flattening an `eqx.Module` goes through Python callbacks. The fast path "
     "holds the leaves of the model and of the optimiser state in flat lists (flattened by "
@@ -167,10 +168,11 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"- Versions: python {versions['python']}, jax {versions['jax']}, jaxlib "
         f"{versions['jaxlib']}, {frameworks}.",
         f"- XLA flags: `{env['xla_flags'] or '(none)'}`.",
-        f"- 1-minute load average: {_load(load.get('start'))} at the start, "
-        f"{_load(load.get('end'))} at the end"
+        f"- 1-minute load average: {_load(load.get('start'))} at the start (the benchmark's own "
+        f"threads count from then on: {_load(load.get('end'))} at the end"
         + (f", {min(during):.2f} to {max(during):.2f} during" if during else "")
-        + f" (started {result.get('started', '?')}, {result.get('duration_s', 0):.0f} s).",
+        + f"); other processes used {_others(result)} (started {result.get('started', '?')}, "
+        f"{result.get('duration_s', 0):.0f} s).",
         f"- Model: {model['input_dim']} inputs, encoder {_dims(model['encoder_dims'])}, latent "
         f"{model['latent_dim']}, decoder {_dims(model['decoder_dims'])}, "
         f"{model['compute_dtype']}, the shared AdamW with global-norm clipping; synthetic data, "
@@ -182,19 +184,31 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         "per-step time of the same K steps as one `lax.scan` of the implementation's step. "
         "GFLOP/s count the FLOPs of `compiled.cost_analysis()` of the fast path (the same useful "
         "work for every path of an implementation); the roof is a jitted f32 "
-        f"{settings['roof_size']}x{settings['roof_size']} matmul timed in the same rounds.",
+        f"{settings['roof_size']}x{settings['roof_size']} matmul timed in the same rounds. A fast "
+        "path is timed through the executable its AOT compile returned, whose call is the same "
+        "C++ dispatch as a warm `jax.jit` call. `bench.json` holds every figure's ratio to pure "
+        "JAX (`vs_pure_jax`); the tables show the main ones.",
         f"- Peak RSS of the process: {_mb(result.get('peak_rss_bytes'))} MiB.",
         "",
     ]
     if loaded(result):
         lines += [
             f"**These figures were taken on a loaded machine** (a 1-minute load average above "
-            f"{LOADED} on {env['cpu_count']} cores at some point of the run): other processes "
-            "shared the cores, so absolute times are slower and noisier than on an idle machine; "
-            "the ratios, measured in interleaved rounds, suffer less.",
+            f"{LOADED} at the start, or other processes using more than {OTHERS} of the "
+            f"{env['cpu_count']} cores over the run): absolute times are slower and noisier than "
+            "on an idle machine; the ratios, measured in interleaved rounds, suffer less.",
             "",
         ]
     return lines
+
+
+def _others(result: dict[str, Any]) -> str:
+    others = result.get("other_processes_cpu") or {}
+    if others.get("cores") is None:
+        return "an unknown share of the cores"
+    phases = [c for c in (others.get("phases") or {}).values() if c is not None]
+    most = f", at most {max(phases):.2f} in one phase" if phases else ""
+    return f"{others['cores']:.2f} cores on average over the run{most}"
 
 
 def _load(sample: Sequence[float] | None) -> str:
@@ -562,7 +576,9 @@ def _parallel(result: dict[str, Any], images: dict[str, str]) -> list[str]:
         f"`shared.parallel.Plan(mechanism, n).make_step(impl)` (the step `cvae train "
         f"--data-parallel` runs) at global batch {data['batch_size']}, "
         f"{data['steps_per_round']} steps per round, rounds interleaved; each cell is the median "
-        "step time in µs and its ratio to the same implementation's serial step."
+        "step time in µs and its ratio to the same implementation's serial step (the `pmap` "
+        "step checks every batch's values on the host before it splits the batch, as in "
+        "`cvae train`)."
         + (
             f" **Note: {note}** (the process splits the host into forced XLA host devices before "
             "JAX starts), so these figures show what each mechanism costs, not how it scales."
@@ -622,7 +638,7 @@ def terminal_summary(result: dict[str, Any]) -> str:
             f"{_pct(roof['best']['fraction'])} of {_gf(roof['roof_gflops_per_s'])} GFLOP/s)"
         )
     if loaded(result):
-        lines.append(f"  note: the machine was loaded (1-minute load average above {LOADED})")
+        lines.append(f"  note: the machine was loaded (other processes: {_others(result)})")
     return "\n".join(lines)
 
 

@@ -96,6 +96,8 @@ def test_every_implementation_and_path_is_measured(tiny):
     assert env["versions"]["jax"]
     assert len(data["load_average"]["start"]) == 3 and len(data["load_average"]["end"]) == 3
     assert data["peak_rss_bytes"] > 0
+    others = data["other_processes_cpu"]
+    assert others["cores"] >= 0 and set(others["phases"]) == {"batch 2", "data parallel"}
     cases = {(r["impl"], r["mechanism"], r["devices"]) for r in data["data_parallel"]["rows"]}
     assert cases == {
         ("pure_jax", "none", 1),

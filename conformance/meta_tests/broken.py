@@ -40,9 +40,18 @@ def bug(build: Callable[[], Adapter]) -> Adapter:
     doc = " ".join((build.__doc__ or "").split())
     assert doc, f"{build.__name__}: every broken implementation says what it models"
     impl = build()
-    # extras replaced, not merged: a broken implementation offers no capability beyond the protocol
-    # (the reference's other step paths would be unbroken, and fail test_paths for that reason)
-    impl = dataclasses.replace(impl, name=f"broken:{build.__name__}", extras={"bug": doc})
+    # Every optional field back to its default (extras replaced, not merged): a broken
+    # implementation offers no capability beyond the protocol. The reference's would be unbroken
+    # (its other step paths, its ``grads_fn`` for the data-parallel steps) and fail test_paths or
+    # test_parallel for that reason, not for the bug.
+    optional = {
+        f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        for f in dataclasses.fields(Adapter)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    impl = dataclasses.replace(
+        impl, **(optional | {"name": f"broken:{build.__name__}", "extras": {"bug": doc}})
+    )
     BUGS[build.__name__] = doc
     return impl
 

@@ -1,37 +1,45 @@
 """The suite tests itself: it must fail on every broken implementation and pass on the reference.
 
-Each case runs the whole per-implementation suite (``pytest --pyargs conformance --impl TARGET``)
-in a subprocess, one at a time, and reads its JUnit XML. A broken implementation counts as caught
-only if the run went to its end (every check of the reference's run collected, no collection or
-usage error) and at least one check failed: a suite that crashes at import proves nothing.
+The per-implementation suite (``pytest --pyargs conformance --impl TARGET``, pairwise checks left
+out) runs on the reference and on every broken implementation, all in one pytest session in a
+subprocess (see ``runner`` and the ``recorder`` plugin: one run per target, one after the other,
+the reference last). The reference must pass every check. A broken implementation counts as
+caught only if its run went to its end (nothing left uncollected or unreported, no collection or
+usage error) and a check failed *while running* (the test's own assertions on the spec, or the
+implementation raising, not an error while setting up) that passed on the reference under the
+same harness: a suite that crashes, or a harness that fails everything, proves nothing.
 
 Not collected by ``pytest --pyargs conformance``; run it explicitly::
 
-    pytest conformance/meta_tests     # 1 to 2 minutes a case on two CPU cores, ~35 minutes in all
+    pytest conformance/meta_tests     # about 27 minutes on two shared CPU cores
     CVAE_META_RESULTS=build/meta pytest conformance/meta_tests
     python -m conformance.meta_tests.report --results build/meta --out docs/meta_tests.md
 
-``CVAE_META_FAST=1`` stops each broken implementation's run at its first failure (what tox's
-``meta`` environment does, to stay within the CI budget). ``CVAE_META_RESULTS`` keeps each run's
-JUnit XML and JSON summary (the report reads them); ``CVAE_META_TIMEOUT`` bounds each run in
-seconds; ``CVAE_META_PYTEST_ARGS`` adds pytest arguments to every run (``-k ...`` to leave slow
-checks out; the table is then incomplete).
+``CVAE_META_FAST=1`` stops each broken implementation's run at its first failing check (what
+tox's ``meta`` environment does, to stay within the CI budget), with the checks of
+``runner.FIRST`` first: about three minutes in all. ``CVAE_META_RESULTS`` keeps each run's JSON
+summary (the report reads them) and each session's record and output; ``CVAE_META_WORKERS=2``
+runs two sessions side by side (worth it on two otherwise idle cores); ``CVAE_META_TIMEOUT``
+bounds each run in seconds; ``CVAE_META_PYTEST_ARGS`` adds pytest arguments to every session
+(``-k ...`` to leave slow checks out; the table is then incomplete).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
 import pytest
 
 from conformance.meta_tests import broken
-from conformance.meta_tests.runner import SuiteRun, check_id, run_suite
+from conformance.meta_tests.runner import SuiteRun, check_id, label_of, run_suites
 
 REFERENCE = "pure_jax"
 # CVAE_META_FAST=1 (the `meta` tox environment): each broken implementation's run stops at its first
 # failing check. Without it every check runs, which the docs' table of catches needs.
 FAST = os.environ.get("CVAE_META_FAST") == "1"
+TARGETS = [REFERENCE, *(f"{broken.__name__}:{name}" for name in broken.NAMES)]
 
 
 @pytest.fixture(scope="session")
@@ -41,37 +49,49 @@ def results_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference_run(results_dir) -> SuiteRun:
-    return run_suite(REFERENCE, results_dir, REFERENCE)
+def suite_runs(results_dir) -> dict[str, SuiteRun]:
+    """Every target's run, by label (``pure_jax``, then the names of ``broken.NAMES``)."""
+    runs = run_suites(TARGETS, results_dir, first_failure=FAST)
+    return {label_of(target): run for target, run in runs.items()}
+
+
+@pytest.fixture(scope="session")
+def reference_run(suite_runs) -> SuiteRun:
+    return suite_runs[REFERENCE]
 
 
 def _describe(run: SuiteRun) -> str:
     return (
         f"{run.target}: exit status {run.returncode}, {len(run.passed)} passed, "
-        f"{len(run.failed)} failed, {len(run.skipped)} skipped, "
-        f"collection errors {run.collection_errors}\n--- output tail ---\n{run.output_tail}"
+        f"{len(run.failed)} failed, {len(run.skipped)} skipped, {len(run.not_run)} not run, "
+        f"{len(run.unfinished)} never reported, collection errors {run.collection_errors}\n"
+        f"--- output tail ---\n{run.output_tail}"
     )
 
 
 def test_the_suite_passes_on_the_reference(reference_run):
     assert reference_run.valid, _describe(reference_run)
     assert reference_run.returncode == 0 and not reference_run.failed, _describe(reference_run)
+    assert not reference_run.not_run, _describe(reference_run)
+    # every check ran, the checker's own (no implementation) included
+    assert reference_run.independent, _describe(reference_run)
 
 
 @pytest.mark.parametrize("name", broken.NAMES)
-def test_the_suite_fails_on_a_broken_implementation(name, results_dir, reference_run):
-    if FAST:  # stop at the first check that fails: enough to show that the bug is caught
-        run = run_suite(f"{broken.__name__}:{name}", results_dir, name, extra=("-x",))
-        assert run.valid, "the suite did not run: " + _describe(run)
-    else:
-        run = run_suite(f"{broken.__name__}:{name}", results_dir, name)
-        assert run.valid, "the suite did not run to its end: " + _describe(run)
-        # every check that ran on the reference ran here too (skipped ones, e.g. not applicable,
-        # may come and go)
-        missing = set(reference_run.passed) - set(run.checks)
+def test_the_suite_fails_on_a_broken_implementation(name, suite_runs, reference_run):
+    run = suite_runs[name]
+    assert run.valid, "the suite did not run to its end: " + _describe(run)
+    if not FAST:  # every check that ran on the reference ran here too (skipped ones, e.g. not
+        # applicable, may come and go; the checker's own checks ran once, with the reference)
+        missing = set(reference_run.passed) - set(run.checks) - set(reference_run.independent)
         assert not missing, f"checks not collected for {name}: {sorted(missing)}"
     assert run.returncode == 1 and run.failed, (
         f"no check caught {name} ({broken.BUGS[name]}): " + _describe(run)
+    )
+    genuine = [c for c in run.failed_while_running if reference_run.outcomes.get(c) == "passed"]
+    assert genuine, (
+        f"{name}: no check that passed on the reference failed while running (only errors "
+        f"setting up or tearing down: {run.failures}): " + _describe(run)
     )
 
 
@@ -94,12 +114,106 @@ def test_check_ids_leave_out_the_implementation():
     )
 
 
-def test_fast_runs_cover_every_module_of_the_suite():
-    """The ordered module list of ``-x`` runs leaves no per-implementation module out."""
+def test_runs_cover_every_module_of_the_suite():
+    """The modules a session names leave no per-implementation module out, and name each once."""
     import pkgutil
 
     import conformance
-    from conformance.meta_tests.runner import ORDERED
+    from conformance.meta_tests.runner import modules
 
-    modules = {m.name for m in pkgutil.iter_modules(conformance.__path__) if m.name[:5] == "test_"}
-    assert modules - {"test_cross"} == {name.rpartition(".")[2] for name in ORDERED}
+    found = {m.name for m in pkgutil.iter_modules(conformance.__path__) if m.name[:5] == "test_"}
+    named = [name.rpartition(".")[2] for name in modules()]
+    assert len(named) == len(set(named)) and set(named) == found - {"test_cross"}
+
+
+def test_the_checks_run_first_are_checks_of_the_suite():
+    """A renamed check in ``runner.FIRST`` would silently fall back to the suite's order."""
+    from conformance.meta_tests.runner import FIRST, modules
+
+    assert len(set(FIRST)) == len(FIRST)
+    for check in FIRST:
+        module, _, function = check.partition("::")
+        assert f"conformance.{module}" in modules(), check
+        assert callable(getattr(importlib.import_module(f"conformance.{module}"), function)), check
+
+
+def _record(*checks, exitstatus=1, independent=()):
+    """A session's record, as the recorder writes it, for targets ``a`` and ``b``."""
+    collected = {"a": [], "b": []}
+    for target, check, *_ in checks:
+        collected[target].append(check)
+    events = [
+        {"event": "start", "targets": ["a", "b"], "reference": "a"},
+        {"event": "collected", "checks": collected, "independent": list(independent)},
+    ]
+    for target, check, outcome, *when in checks:
+        event = {"event": "check", "target": target, "check": check, "outcome": outcome}
+        if outcome == "failed":
+            event |= {"when": when[0], "message": "AssertionError", "text": "assert 0"}
+        events.append(event | {"seconds": 1.0})
+    if exitstatus is not None:
+        events.append({"event": "finish", "exitstatus": exitstatus, "seconds": 9.0})
+    return events
+
+
+def test_a_session_record_reads_back_as_one_run_per_target():
+    from conformance.meta_tests.runner import runs_from_record
+
+    events = _record(
+        ("a", "m::t1", "passed"),
+        ("a", "m::ref", "passed"),
+        ("b", "m::t1", "failed", "call"),
+        ("b", "m::t2", "stopped"),
+        ("b", "m::t3", "failed", "setup"),
+        independent=["m::ref"],
+    )
+    runs = runs_from_record(["a", "b"], events, 1, "output")
+    a, b = runs["a"], runs["b"]
+    assert a.valid and a.returncode == 0 and a.checks == ["m::t1", "m::ref"]
+    assert a.independent == ["m::ref"] and a.seconds == 2.0
+    assert b.valid and b.returncode == 1 and b.failed == ["m::t1", "m::t3"]
+    assert b.failed_while_running == ["m::t1"] and b.not_run == ["m::t2"]
+    assert "m::t2" not in b.outcomes and not b.independent
+
+
+def test_a_session_that_did_not_end_keeps_only_the_runs_it_finished():
+    from conformance.meta_tests.runner import runs_from_record
+
+    # a reported its first check only when the session ended; b, all of its checks
+    events = _record(("a", "m::t1", "passed"), ("b", "m::t1", "failed", "call"), exitstatus=None)
+    events[1]["checks"]["a"].append("m::t2")
+    for returncode in (None, 2, 3, -6):  # timed out, interrupted, internal error, aborted
+        runs = runs_from_record(["a", "b"], events, returncode, "Fatal Python error: Aborted")
+        a, b = runs["a"], runs["b"]
+        assert a.returncode == returncode and a.unfinished == ["m::t2"] and not a.valid
+        assert f"exit status {returncode} after m::t1 on b" in a.output_tail
+        assert b.valid and b.returncode == 1
+    # in a session that ended normally, a target with checks never reported has no valid run
+    runs = runs_from_record(["a", "b"], events, 1, "output")
+    assert runs["a"].unfinished == ["m::t2"] and not runs["a"].valid and runs["b"].valid
+    assert not any(run.valid for run in runs_from_record(["a", "b"], [], 1, "").values())
+
+
+def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeypatch):
+    """A session compiles for many implementations in one process; past half the memory mappings
+    a process may hold, the recorder drops JAX's compiled executables (XLA aborts at the limit)."""
+    import types
+
+    import jax
+
+    from conformance.meta_tests import recorder
+
+    cleared, events = [], []
+    monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(1))
+    maps = tmp_path / "maps"
+    monkeypatch.setattr(recorder, "MAPS", maps)
+    state = types.SimpleNamespace(mapping_limit=20, write=lambda **event: events.append(event))
+    maps.write_text("mapping\n" * 10)
+    recorder._keep_within_the_mapping_limit(state)
+    assert not cleared and not events
+    maps.write_text("mapping\n" * 11)
+    recorder._keep_within_the_mapping_limit(state)
+    assert cleared == [1] and events[0]["event"] == "caches_cleared"
+    monkeypatch.setattr(recorder, "MAPS", tmp_path / "absent")  # not Linux: nothing to watch
+    recorder._keep_within_the_mapping_limit(state)
+    assert cleared == [1]
