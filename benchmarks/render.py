@@ -45,7 +45,8 @@ def render(
 ) -> str:
     """The page: ``bench`` (if it exists) with its plots drawn into ``images``, then every other
     result file of ``results``."""
-    extra = [render_roof_gap(path) for path in sorted(results.glob("roof_gap*.json"))]
+    extra = [render_dispatch(path) for path in sorted(results.glob("dispatch*.json"))]
+    extra += [render_roof_gap(path) for path in sorted(results.glob("roof_gap*.json"))]
     extra += [render_data_parallel(path) for path in sorted(results.glob("data_parallel*.json"))]
     extra += [render_step_time(path) for path in sorted(results.glob("step_time*.json"))]
     if bench is None or not bench.is_file():
@@ -97,6 +98,47 @@ def render_step_time(path: Path) -> str:
                 f"{row['max_us']:.0f} | {f'{ratio:.3f}x' if ratio else '-'} |"
             )
     return "\n".join(parts) + "\n"
+
+
+# What the dispatch measurements found, in words; every figure quoted is read from the file.
+DISPATCH_FINDINGS = ""
+
+
+def render_dispatch(path: Path) -> str:
+    """One result file of ``benchmarks/dispatch.py``: per configuration and batch size, each fast
+    path's loop, scan, overhead, jitted identity and blocked loop."""
+    data = json.loads(path.read_text())
+    lines = [
+        f"## What a call costs: `{path.name}`",
+        "",
+        f"`benchmarks/dispatch.py` on {data['cpu']} ({data['cpu_count']} cores): every fast path "
+        f"in a Python loop, as one `lax.scan` (per step), a jitted identity over the same train "
+        f"state (donated: what handing this state to `jax.jit` and back costs) and the loop with "
+        f"`block_until_ready` after every step; {data['rounds']} interleaved rounds of "
+        f"{data['steps']} steps, µs per step, each configuration in its own process.",
+        "",
+    ]
+    for name, config in data["configs"].items():
+        load = config.get("load_average") or [None, None]
+        for b, rows in config["batches"].items():
+            lines += [
+                f"**{name}** ({config['what']}; "
+                + ", ".join(f"`{k}={v}`" for k, v in config["env"].items())
+                + ("; " if config["env"] else "")
+                + f"load {load[0]:.2f} at the start), batch {b}:",
+                "",
+                "| path | state leaves | loop | scan | overhead | identity | blocked loop |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+                *(
+                    f"| {impl} | {us['leaves']} | {us['loop']:.0f} | {us['scan']:.0f} | "
+                    f"{us['overhead']:.0f} | {us['identity']:.0f} | {us['blocked loop']:.0f} |"
+                    for impl, us in rows.items()
+                ),
+                "",
+            ]
+    if DISPATCH_FINDINGS:
+        lines += [DISPATCH_FINDINGS, ""]
+    return "\n".join(lines) + "\n"
 
 
 # What the roof-gap experiments found, in words; every figure quoted is read from the result file.

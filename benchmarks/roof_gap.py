@@ -111,14 +111,10 @@ FLAG_ITEMS = ("roof", "step", "epoch", "grads", "update", "matmuls", "softplus_s
 
 def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profile: bool) -> dict:
     import jax
-    import jax.numpy as jnp
-    import optax
-    from jax.flatten_util import ravel_pytree
 
     from shared import bench, protocol
     from shared.config import Config
     from shared.model import noise
-    from shared.optim import make_optimizer
     from shared.validation import Batch
 
     impl = protocol.load("pure_jax")
@@ -200,23 +196,7 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
         fn = compile_("matmuls", jax.jit(_matmuls), args)
         timed["matmuls"] = stateless(fn, args)
     if "flat_adam" in items:
-        tx = make_optimizer(config.optim)
-        flat, unravel = ravel_pytree(params)
-
-        def loss_of(flat, batch, eps):
-            p = unravel(flat)
-            from impls.pure_jax import loss_fn
-
-            return loss_fn(p, batch, eps, config)
-
-        def flat_step(carry, batch, key):
-            flat, opt_state = carry
-            e = noise(key, batch.x.shape[0], model.latent_dim)
-            (_, metrics), g = jax.value_and_grad(loss_of, has_aux=True)(flat, batch, e)
-            updates, opt_state = tx.update(g, opt_state, flat)
-            return (optax.apply_updates(flat, updates), opt_state), metrics
-
-        carry = (jnp.array(flat), tx.init(flat))
+        flat_step, carry = flat_adam(jax, config, params)
         step = compile_("flat_adam", jax.jit(flat_step, donate_argnums=0), carry, *batch_args(0))
         timed["flat_adam"] = loop(step, carry, batch_args)
     for name, options in EXPERIMENTS.items():
@@ -259,6 +239,35 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
             if name in programs
         }
     return out
+
+
+def flat_adam(jax, config, params):
+    """Pure JAX's step over ``(flat parameters, optimiser state of the flat vector)``:
+    ``ravel_pytree`` once, the shared optimiser (SPEC section 5) on one array, the model unravelled
+    inside the trace. Returns ``(step(carry, batch, key), carry)``; the carry has 5 leaves where
+    pure JAX's state has 56."""
+    import jax.numpy as jnp
+    import optax
+    from jax.flatten_util import ravel_pytree
+
+    from impls.pure_jax import loss_fn
+    from shared.model import noise
+    from shared.optim import make_optimizer
+
+    tx = make_optimizer(config.optim)
+    flat, unravel = ravel_pytree(params)
+
+    def loss_of(flat, batch, eps):
+        return loss_fn(unravel(flat), batch, eps, config)
+
+    def step(carry, batch, key):
+        flat, opt_state = carry
+        e = noise(key, batch.x.shape[0], config.model.latent_dim)
+        (_, metrics), g = jax.value_and_grad(loss_of, has_aux=True)(flat, batch, e)
+        updates, opt_state = tx.update(g, opt_state, flat)
+        return (optax.apply_updates(flat, updates), opt_state), metrics
+
+    return step, (jnp.array(flat), tx.init(flat))
 
 
 def _local_loss(

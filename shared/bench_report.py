@@ -238,7 +238,8 @@ def _goals(result: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 f"per-call overhead of every fast path at most {overhead['threshold']:.0f} µs",
-                f"largest: {w['label']} at batch {w['batch']}, {_us(w['us'])} µs",
+                f"largest: {w['label']} at batch {w['batch']}, {_us(w['us'])} µs "
+                f"(± {_us(w.get('noise_us'))} µs between rounds)",
                 _met(overhead["met"]),
             ]
         )
@@ -313,7 +314,10 @@ def _idiomatic(result: dict[str, Any], images: dict[str, str]) -> list[str]:
             for b, other in batches:
                 match = next(r for r in other["paths"] if r["label"] == row["label"])
                 vs = match["vs_fast"]
-                cells.append(f"+{_us(vs['extra_us'])} µs ({_x(vs['step_us.median'])})")
+                extra = vs["extra_us"]
+                cells.append(
+                    f"{'+' if extra >= 0 else '-'}{_us(abs(extra))} µs ({_x(vs['step_us.median'])})"
+                )
                 ratios.append((b, vs["step_us.median"]))
             rows.append([row["label"], *cells, _from_batch(ratios)])
     if rows:
@@ -380,7 +384,7 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                     _us(s["median"]),
                     f"{_us(s['min'])}-{_us(s['max'])}",
                     _x(row["vs_pure_jax"]["step_us.median"]),
-                    _us(row["overhead_us"]),
+                    _overhead(row),
                     _gf(row["gflops_per_s"]),
                     _pct(row["roof_fraction"]),
                     _rate(row["loop_examples_per_s"]),
@@ -393,7 +397,7 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                 "median µs",
                 "fastest-slowest",
                 "vs pure JAX",
-                "overhead µs",
+                "overhead µs ± noise",
                 "GFLOP/s",
                 "of roof",
                 "loop ex/s",
@@ -437,6 +441,11 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
         )
         lines.append("")
     return lines
+
+
+def _overhead(row: dict[str, Any]) -> str:
+    noise = row.get("overhead_noise_us")
+    return _us(row["overhead_us"]) + (f" ±{_us(noise)}" if noise is not None else "")
 
 
 def _compile(result: dict[str, Any], images: dict[str, str]) -> list[str]:
@@ -715,21 +724,25 @@ def _plot_step_time(figure, result):
 
 def _plot_overhead(figure, result):
     axis = figure.subplots()
-    for label, points in _series(result).items():
+    for i, (label, points) in enumerate(_series(result).items()):
         points = [(b, r) for b, r in points if r["overhead_us"] is not None]
-        axis.plot(
-            [b for b, _ in points],
+        shift = 1.0 + 0.03 * (i - 3)  # side by side, so that the error bars do not overlap
+        axis.errorbar(
+            [b * shift for b, _ in points],
             [r["overhead_us"] for _, r in points],
+            yerr=[r.get("overhead_noise_us") or 0.0 for _, r in points],
             label=label,
+            capsize=2,
             **_style(label),
         )
     axis.axhline(30, color="grey", linewidth=0.8, linestyle=":")
+    axis.axhline(0, color="black", linewidth=0.5)
+    axis.set_xscale("log")
+    axis.set_yscale("symlog", linthresh=30, linscale=1.0)
     axis.set(
-        xscale="log",
-        yscale="symlog",
         xlabel="batch size",
         ylabel="step time - scan step time (µs)",
-        title="per-call overhead (dotted: 30 µs)",
+        title="per-call overhead, with half the rounds' spread (dotted: 30 µs)",
     )
     axis.legend(fontsize=7)
 

@@ -269,6 +269,76 @@ def synthetic(load: float = 0.4) -> dict:
     }
 
 
+def roof_gap_result() -> dict:
+    """A result of ``benchmarks/roof_gap.py`` with two flag sets."""
+    items = ("roof", "step", "epoch", "grads", "update", "matmuls", "softplus_split")
+
+    def entry(flags: str, what: str, step_ms: float) -> dict:
+        ms = dict.fromkeys(items, step_ms)
+        flops = dict.fromkeys(items, 2e9)
+        return {
+            "flags": flags,
+            "what": what,
+            "ms": ms,
+            "roof_gflops_per_s": 300.0,
+            "flops": flops,
+            "gflops_per_s": {i: flops[i] / ms[i] / 1e6 for i in items},
+            "hlo": {"step": bench.hlo_stats("")},
+            "compile_s": {},
+            "load_average": [[0.1, 0.2]],
+            "profiles": {
+                "step": {
+                    "wall_ms": step_ms,
+                    "thunk_ms": {"loop fusion": 1.0},
+                    "top": [
+                        {
+                            "name": "f",
+                            "kind": "loop fusion",
+                            "shape": "8",
+                            "ms": 1.0,
+                            "gflops_per_s": None,
+                        }
+                    ],
+                    "note": "made-up",
+                }
+            },
+        }
+
+    return {
+        "jax": "0.10.2",
+        "cpu": "Made-up CPU",
+        "cpu_count": 2,
+        "batch_size": 1024,
+        "rounds": 1,
+        "steps": 2,
+        "passes": 1,
+        "roof_size": 64,
+        "xla_flags": "",
+        "sets": {
+            "default": entry("", "defaults", 10.0),
+            "fast_math": entry("--xla_cpu_enable_fast_math=true", "made-up", 9.0),
+        },
+    }
+
+
+def dispatch_result() -> dict:
+    us = {"loop": 500.0, "scan": 450.0, "identity": 40.0, "blocked loop": 600.0}
+    return {
+        "cpu": "Made-up CPU",
+        "cpu_count": 2,
+        "rounds": 1,
+        "steps": 2,
+        "configs": {
+            "default": {
+                "env": {},
+                "what": "defaults",
+                "load_average": [0.1, 0.1],
+                "batches": {"1": {"pure_jax": {**us, "overhead": 50.0, "leaves": 56}}},
+            }
+        },
+    }
+
+
 def load_render():
     spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
     module = importlib.util.module_from_spec(spec)
@@ -319,6 +389,8 @@ def test_renderer_writes_the_page_and_plots_from_a_synthetic_file(tmp_path):
             }
         )
     )
+    (results / "roof_gap_cpu.json").write_text(json.dumps(roof_gap_result()))
+    (results / "dispatch_cpu.json").write_text(json.dumps(dispatch_result()))
     out = tmp_path / "docs" / "performance.md"
     out.parent.mkdir()
     render = load_render()
@@ -334,6 +406,10 @@ def test_renderer_writes_the_page_and_plots_from_a_synthetic_file(tmp_path):
         "## Data parallelism: `data_parallel_cpu.json`",
         "forced host devices share the machine's cores",
         "within 1.03x from",
+        "## Closing the gap to the roof: `roof_gap_cpu.json`",
+        "| fast_math: made-up | `--xla_cpu_enable_fast_math=true` | 9.00 | 0.900x |",
+        "## What a call costs: `dispatch_cpu.json`",
+        "| pure_jax | 56 | 500 | 450 | 50 | 40 | 600 |",
     ):
         assert text in page, text
     for name in bench_report().PLOTS:
