@@ -78,14 +78,7 @@ def timers(jax, impl, params, config, data, steps: int) -> dict:
         jax.block_until_ready((state, metrics))
         return (time.perf_counter() - start) / steps, state
 
-    epoch = bench.epoch_program(impl, 1)
-
-    def scan(state):
-        jax.block_until_ready(state)
-        start = time.perf_counter()
-        state, metrics = epoch(state, xs, cs, keys)
-        jax.block_until_ready((state, metrics))
-        return (time.perf_counter() - start) / steps, state
+    scan = bench.epoch_timer(bench.epoch_program(impl, 1), xs, cs, keys, steps)
 
     identity = jax.jit(lambda s: s, donate_argnums=0)
 

@@ -20,19 +20,20 @@ medians over passes of each process's medians over interleaved rounds. In every 
 - ``transposed_dw`` (experiment): the step with each weight gradient computed from an explicitly
   transposed activation (``optimization_barrier(h.T) @ g``), so XLA sees a canonical
   ``[M, K] x [K, N]`` matmul instead of one contracting the batch axis of both operands;
-- ``softplus_bce`` (experiment): the step with the Bernoulli term written as
-  ``softplus(x) - x*z``, one softplus per pixel, where
-  ``optax.sigmoid_binary_cross_entropy`` (``shared/losses.py``) takes two log-sigmoids; the same
-  function, different rounding;
+- ``optax_bce`` (experiment): the step with the Bernoulli term as
+  ``optax.sigmoid_binary_cross_entropy``, two log-sigmoids per pixel, where the shared loss
+  (``shared/losses.py``) writes the same function as ``softplus(l) - l*x``, one softplus per pixel
+  (the shared loss's form before this benchmark found what it cost);
 - ``split_condition`` (experiment): the label enters the first layer of the encoder and of the
   decoder as a row of its kernel, ``h @ W[:n] + W[n:][c]``, instead of a one-hot column
   concatenated to the input (the same function; no ``[B, n + classes]`` copy);
-- ``softplus_split``: both.
+- ``split_condition_epoch``: the same, its steps as one ``lax.scan``.
 
-The other flag sets measure the step, its parts and ``softplus_split`` (the experiments' best
-candidate). The default set also profiles the step and the experiments (``jax.profiler``) and
-sums the time of every XLA:CPU thunk by kind: YNNPACK matmul fusions, plain XLA dots, elementwise
-(loop) fusions, the rest.
+The other flag sets measure the step, its parts and ``split_condition`` alone and as one
+``lax.scan``; ``combined`` and ``combined_scheduler`` put together the flags that helped on their
+own. The default set also profiles the step and the experiments
+(``jax.profiler``) and sums the time of every XLA:CPU thunk by kind: YNNPACK matmul fusions,
+plain XLA dots, elementwise (loop) fusions, the rest.
 Nothing here changes an implementation or the shared optimiser; the experiments are local copies.
 """
 
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 SETS = {
@@ -82,12 +84,20 @@ SETS = {
         "single-threaded Eigen kernels",
     ),
     "onednn": ("--xla_cpu_use_onednn=true", "oneDNN for matmul fusions"),
+    "combined": (
+        "--xla_cpu_experimental_ynn_fusion_type=-individual_dot --xla_cpu_prefer_vector_width=512",
+        "no YNNPACK matmuls and 512-bit vectors",
+    ),
+    "combined_scheduler": (
+        "--xla_cpu_experimental_ynn_fusion_type=-individual_dot --xla_cpu_prefer_vector_width=512 "
+        "--xla_cpu_enable_concurrency_optimized_scheduler=false",
+        "the same and the memory-minimising scheduler",
+    ),
 }
 EXPERIMENTS = {
     "transposed_dw": {"transposed_dw": True},
-    "softplus_bce": {"softplus_bce": True},
+    "optax_bce": {"optax_bce": True},
     "split_condition": {"split": True},
-    "softplus_split": {"softplus_bce": True, "split": True},
 }
 ITEMS = (
     "roof",
@@ -98,12 +108,15 @@ ITEMS = (
     "matmuls",
     "flat_adam",
     "transposed_dw",
-    "softplus_bce",
+    "optax_bce",
     "split_condition",
-    "softplus_split",
+    "split_condition_epoch",
 )
 # The flag sets other than the default measure the step and its parts; the experiments run once.
-FLAG_ITEMS = ("roof", "step", "epoch", "grads", "update", "matmuls", "softplus_split")
+FLAG_ITEMS = (
+    *("roof", "step", "epoch", "grads", "update", "matmuls"),
+    *("split_condition", "split_condition_epoch"),
+)
 
 
 # --- one process ----------------------------------------------------------------------------------
@@ -156,6 +169,7 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
         programs[name] = compiled
         return compiled
 
+    one_call = lambda epoch: bench.epoch_timer(epoch, xs, cs, keys, steps)
     batch_args = lambda i: (batches[i], key_list[i])
     if "roof" in items:
         a = jax.random.normal(jax.random.key(5), (roof_size, roof_size))
@@ -168,15 +182,7 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
     if "epoch" in items:
         state = impl.from_canonical(params, config)
         epoch = compile_("epoch", bench.epoch_program(impl, 1), state, xs, cs, keys)
-
-        def run_epoch(state):
-            jax.block_until_ready(state)
-            start = time.perf_counter()
-            state, metrics = epoch(state, xs, cs, keys)
-            jax.block_until_ready((state, metrics))
-            return (time.perf_counter() - start) / steps, state
-
-        timed["epoch"] = (run_epoch, state)
+        timed["epoch"] = (one_call(epoch), state)
     if "grads" in items:
         state = impl.from_canonical(params, config)
         grads = compile_("grads", jax.jit(impl.grads_fn), state, batches[0], eps)
@@ -212,6 +218,11 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
         state = impl.from_canonical(params, config)
         step = compile_(name, jax.jit(local_step, donate_argnums=0), state, *batch_args(0))
         timed[name] = loop(step, state, batch_args)
+        if f"{name}_epoch" in items:  # the same steps as one lax.scan
+            program = bench.epoch_program(types.SimpleNamespace(train_step=local_step), 1)
+            state = impl.from_canonical(params, config)
+            epoch_of = compile_(f"{name}_epoch", program, state, xs, cs, keys)
+            timed[f"{name}_epoch"] = (one_call(epoch_of), state)
 
     names = list(timed)
     seconds = {name: [] for name in names}
@@ -271,13 +282,14 @@ def flat_adam(jax, config, params):
 
 
 def _local_loss(
-    jax, config, *, transposed_dw: bool = False, softplus_bce: bool = False, split: bool = False
+    jax, config, *, transposed_dw: bool = False, optax_bce: bool = False, split: bool = False
 ):
     """Pure JAX's loss, written here with changes: weight gradients from explicitly transposed
-    activations; the Bernoulli term as ``softplus(x) - x*z`` (one softplus per pixel;
-    ``optax.sigmoid_binary_cross_entropy`` takes two log-sigmoids); the label as a row of the
+    activations; the Bernoulli term as ``optax.sigmoid_binary_cross_entropy`` (two log-sigmoids
+    per pixel, where the shared loss takes one softplus); the label as a row of the
     kernel (``h @ W[:n] + W[n:][c]``) instead of a one-hot column concatenated to the input."""
     import jax.numpy as jnp
+    import optax
 
     from shared.losses import cvae_loss, kl_terms
     from shared.model import condition, reparameterize, split_moments
@@ -320,9 +332,9 @@ def _local_loss(
         *hidden, output = p["decoder"]
         h = first(hidden, z, batch.c)
         logits = dense(h, output["kernel"], output["bias"])
-        if not softplus_bce:
+        if not optax_bce:
             return cvae_loss(logits, batch.x, mean, logvar, config.loss)
-        bce = jax.nn.softplus(logits) - logits * batch.x  # one softplus per pixel
+        bce = optax.sigmoid_binary_cross_entropy(logits, batch.x)  # two log-sigmoids per pixel
         recon = jnp.mean(jnp.sum(bce, axis=-1))
         kl = jnp.mean(jnp.sum(kl_terms(mean, logvar), axis=-1))
         total = recon + config.loss.beta * kl
@@ -523,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             "flags": SETS[name][0],
             "what": SETS[name][1],
             "ms": items,
+            "passes_ms": {i: [r["items"][i]["median_ms"] for r in results] for i in items},
             "roof_gflops_per_s": roof,
             "flops": flops,
             "gflops_per_s": {

@@ -168,11 +168,12 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"- Versions: python {versions['python']}, jax {versions['jax']}, jaxlib "
         f"{versions['jaxlib']}, {frameworks}.",
         f"- XLA flags: `{env['xla_flags'] or '(none)'}`.",
-        f"- 1-minute load average: {_load(load.get('start'))} at the start (the benchmark's own "
-        f"threads count from then on: {_load(load.get('end'))} at the end"
+        f"- 1-minute load average: {_load(load.get('start'))} at the start, "
+        f"{_load(load.get('end'))} at the end"
         + (f", {min(during):.2f} to {max(during):.2f} during" if during else "")
-        + f"); other processes used {_others(result)} (started {result.get('started', '?')}, "
-        f"{result.get('duration_s', 0):.0f} s).",
+        + " (it counts the benchmark's own threads from its first moment, and what ran just "
+        f"before); other processes used {_others(result)}, measured from their CPU time "
+        f"(started {result.get('started', '?')}, {result.get('duration_s', 0):.0f} s).",
         f"- Model: {model['input_dim']} inputs, encoder {_dims(model['encoder_dims'])}, latent "
         f"{model['latent_dim']}, decoder {_dims(model['decoder_dims'])}, "
         f"{model['compute_dtype']}, the shared AdamW with global-norm clipping; synthetic data, "
@@ -180,8 +181,12 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"- {settings['rounds']} rounds interleaved across every path (the starting path rotating "
         f"each round); a round is K steps over K device-resident batches (K = "
         f"min({settings['steps']}, {settings['epoch_examples']} / batch), at least 8); medians "
-        "over rounds, warm-up excluded. Per-call overhead is a path's step time minus the "
-        "per-step time of the same K steps as one `lax.scan` of the implementation's step. "
+        "over rounds, warm-up excluded. Per-call overhead is the time of an empty step: a "
+        "jitted function that takes the same train state (donated), batch and key and returns "
+        "the state and zero metrics, computing nothing, timed in the same rounds; beside it, a "
+        "path's step time minus the per-step time of the same K steps as one `lax.scan` of the "
+        "implementation's step (at large batches that difference also holds what XLA gains by "
+        "scheduling several steps as one program, so it is not dispatch alone). "
         "GFLOP/s count the FLOPs of `compiled.cost_analysis()` of the fast path (the same useful "
         "work for every path of an implementation); the roof is a jitted f32 "
         f"{settings['roof_size']}x{settings['roof_size']} matmul timed in the same rounds. A fast "
@@ -193,10 +198,11 @@ def _conditions(result: dict[str, Any]) -> list[str]:
     ]
     if loaded(result):
         lines += [
-            f"**These figures were taken on a loaded machine** (a 1-minute load average above "
-            f"{LOADED} at the start, or other processes using more than {OTHERS} of the "
-            f"{env['cpu_count']} cores over the run): absolute times are slower and noisier than "
-            "on an idle machine; the ratios, measured in interleaved rounds, suffer less.",
+            f"**These figures were taken on a loaded machine** (other processes used more than "
+            f"{OTHERS} of the {env['cpu_count']} cores over the run, or, where that could not be "
+            f"measured, a 1-minute load average above {LOADED} at the start): absolute times are "
+            "slower and noisier than on an idle machine; the ratios, measured in interleaved "
+            "rounds, suffer less.",
             "",
         ]
     return lines
@@ -235,11 +241,18 @@ def _goals(result: dict[str, Any]) -> list[str]:
     overhead = goals.get("fast_overhead_us")
     if overhead and overhead["worst"]:
         w = overhead["worst"]
+        scan = overhead.get("scan_worst")
+        beside = (
+            f"; step minus scanned step at batch {scan['batch']}: largest {scan['label']}, "
+            f"{_us(scan['us'])} ± {_us(scan.get('noise_us'))} µs"
+            if scan
+            else ""
+        )
         rows.append(
             [
                 f"per-call overhead of every fast path at most {overhead['threshold']:.0f} µs",
-                f"largest: {w['label']} at batch {w['batch']}, {_us(w['us'])} µs "
-                f"(± {_us(w.get('noise_us'))} µs between rounds)",
+                f"an empty step over the same state: largest {w['label']} at batch {w['batch']}, "
+                f"{_us(w['us'])} µs (± {_us(w.get('noise_us'))} µs between rounds){beside}",
                 _met(overhead["met"]),
             ]
         )
@@ -300,9 +313,14 @@ def _idiomatic(result: dict[str, Any], images: dict[str, str]) -> list[str]:
         "## What the idiomatic paths cost, and how the fast paths get there",
         "",
         "Extra time per call of each idiomatic path over its implementation's fast path (median "
-        "against median, same rounds), with the ratio; it is a fixed cost per call, so it stops "
-        f"mattering once the step itself is long enough: the last column gives the smallest batch "
-        f"size from which the path stays within {WITHIN}x of the fast path.",
+        "against median, same rounds), with the ratio. The Python work of a framework's jit "
+        "wrapper is a fixed cost per call, which matters less as the step grows; what grows with "
+        "the batch does not shrink that way (these paths draw the step's noise eagerly, outside "
+        "their jitted function, and the `eqx.filter_jit` step, written like Equinox's examples, "
+        "donates no buffers, so every step allocates a new state). The last column gives the "
+        "smallest batch "
+        f"size from which the path stays within {WITHIN}x of the fast path (-: at none measured "
+        "here).",
         "",
     ]
     rows = []
@@ -341,9 +359,11 @@ def _idiomatic(result: dict[str, Any], images: dict[str, str]) -> list[str]:
         lines += [f"- **{impl}**: {text}"]
     lines += [
         "",
-        "Per-call overhead (a path's step time minus the per-step time of the same steps as one "
-        "`lax.scan`) shows the same fixed cost directly; for the fast paths it is what one "
-        "`jax.jit` dispatch of this state costs.",
+        "Per-call overhead, two ways: the time of an empty step over the same state (a call "
+        "that computes nothing: what handing this state to a jitted function and back costs, "
+        "whatever the batch size), and a path's step time minus the per-step time of the same "
+        "steps as one `lax.scan` (the plot; at small batches the same fixed cost, at large ones "
+        "also what XLA gains by scheduling several steps as one program).",
         "",
         *_image(images, "overhead"),
     ]
@@ -384,6 +404,7 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                     _us(s["median"]),
                     f"{_us(s['min'])}-{_us(s['max'])}",
                     _x(row["vs_pure_jax"]["step_us.median"]),
+                    _us(row["empty_step_us"]["median"]) if row.get("empty_step_us") else "-",
                     _overhead(row),
                     _gf(row["gflops_per_s"]),
                     _pct(row["roof_fraction"]),
@@ -397,7 +418,8 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                 "median µs",
                 "fastest-slowest",
                 "vs pure JAX",
-                "overhead µs ± noise",
+                "empty step µs",
+                "step - scan µs ± noise",
                 "GFLOP/s",
                 "of roof",
                 "loop ex/s",
@@ -420,7 +442,8 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                     _gf(row["flops"] / 1e6) if row.get("flops") else "-",
                     _mb(memory.get("temp_size_in_bytes")),
                     f"{hlo['fusions']} ({hlo['library_fusions']} library, {hlo['plain_dots']} "
-                    "plain dots)"
+                    f"plain dots); {hlo['copies']} copies, {hlo.get('transposes', '?')} "
+                    "transposes"
                     if hlo
                     else "-",
                 ]
@@ -435,7 +458,7 @@ def _per_batch(result: dict[str, Any]) -> list[str]:
                 "first call vs pure JAX",
                 "MFLOP/step",
                 "temp MiB",
-                "HLO fusions",
+                "HLO fusions; copies, transposes",
             ],
             rows,
         )
@@ -637,8 +660,8 @@ def terminal_summary(result: dict[str, Any]) -> str:
         w = overhead["worst"]
         lines.append(
             f"  fast-path overhead at most {overhead['threshold']:.0f} µs: "
-            f"{_met(overhead['met']).strip('*')} (largest {w['label']} at batch {w['batch']}, "
-            f"{_us(w['us'])} µs)"
+            f"{_met(overhead['met']).strip('*')} (an empty step over the same state: largest "
+            f"{w['label']} at batch {w['batch']}, {_us(w['us'])} µs)"
         )
     if roof and roof["best"]:
         lines.append(
@@ -723,7 +746,21 @@ def _plot_step_time(figure, result):
 
 
 def _plot_overhead(figure, result):
-    axis = figure.subplots()
+    empty, axis = figure.subplots(1, 2, width_ratios=(2, 3))
+    for label, points in _series(result).items():
+        points = [(b, r) for b, r in points if r.get("empty_step_us")]
+        if points:
+            empty.plot(
+                [b for b, _ in points],
+                [r["empty_step_us"]["median"] for _, r in points],
+                label=label,
+                **_style(label),
+            )
+    empty.axhline(30, color="grey", linewidth=0.8, linestyle=":")
+    empty.set_xscale("log")
+    empty.set_ylim(bottom=0)
+    empty.set(xlabel="batch size", ylabel="µs per call", title="an empty step over the same state")
+    empty.legend(fontsize=7)
     for i, (label, points) in enumerate(_series(result).items()):
         points = [(b, r) for b, r in points if r["overhead_us"] is not None]
         shift = 1.0 + 0.03 * (i - 3)  # side by side, so that the error bars do not overlap
@@ -742,7 +779,7 @@ def _plot_overhead(figure, result):
     axis.set(
         xlabel="batch size",
         ylabel="step time - scan step time (µs)",
-        title="per-call overhead, with half the rounds' spread (dotted: 30 µs)",
+        title="step minus scanned step, with half the rounds' spread (dotted: 30 µs)",
     )
     axis.legend(fontsize=7)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from shared.config import LossConfig
 
@@ -23,9 +22,15 @@ def kl_terms(mean: jax.Array, logvar: jax.Array) -> jax.Array:
 
 
 def bernoulli_recon(logits: jax.Array, x: jax.Array) -> jax.Array:
-    """Per-example Bernoulli negative log-likelihood in nats, ``[B]``."""
-    bce = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), x.astype(jnp.float32))
-    return jnp.sum(bce, axis=-1)
+    """Per-example Bernoulli negative log-likelihood in nats, ``[B]``.
+
+    ``optax.sigmoid_binary_cross_entropy(l, x)`` summed over pixels, written as the same function
+    ``softplus(l) - l * x``: one softplus per pixel where optax's form takes two log-sigmoids,
+    which is most of the step's elementwise work at large batches (``benchmarks/roof_gap.py``).
+    The two agree to float32 rounding; the gradient is ``sigmoid(l) - x`` either way.
+    """
+    logits = logits.astype(jnp.float32)
+    return jnp.sum(jax.nn.softplus(logits) - logits * x.astype(jnp.float32), axis=-1)
 
 
 def cvae_loss(
