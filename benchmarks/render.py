@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # shared/, from a source tree
 
+from shared.bench import REFERENCE  # shared/ is importable from here on
+
 FLAT = "pure_jax, flat state"  # the row benchmarks/dispatch.py adds beside the implementations
-REFERENCE = "pure_jax"
 
 HEADER = """# Performance
 
@@ -235,10 +236,9 @@ def render_roof_gap(path: Path) -> str:
         "library fusions / plain dots |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    roof = base["roof_gflops_per_s"] if base else None
     for name, entry in sets.items():
         ms, gf = entry["ms"], entry["gflops_per_s"]
-        roof = roof or entry["roof_gflops_per_s"]
+        roof = (base or entry)["roof_gflops_per_s"]  # the default set's, when there is one
         ratio = ms["step"] / base["ms"]["step"] if base else None
         hlo = entry["hlo"]["step"]
         lines.append(
