@@ -34,14 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.devices.split(",")]
 
-    from shared import parallel
+    from cvae_rosetta.spec import parallel
 
     parallel.arrange_cpu_devices(max(counts))  # before JAX touches a device
     import jax
 
-    from shared import protocol
-    from shared.config import Config
-    from shared.validation import Batch
+    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.spec.config import Config
+    from cvae_rosetta.spec.validation import Batch
 
     names = (
         args.impls.split(",") if args.impls else [i.name for i in protocol.known() if i.installed]

@@ -60,8 +60,8 @@ class Flat:
 
 def timers(jax, impl, params, config, data, steps: int) -> dict:
     """``what -> [run(state) -> (seconds per step, state), state]`` for one implementation."""
-    from shared import bench
-    from shared.validation import Batch
+    from cvae_rosetta.bench import harness as bench
+    from cvae_rosetta.spec.validation import Batch
 
     xs, cs, keys = data
     batches = [Batch(xs[i], cs[i]) for i in range(steps)]
@@ -102,7 +102,8 @@ def timers(jax, impl, params, config, data, steps: int) -> dict:
 def child(batch_sizes: list[int], rounds: int, steps: int) -> dict:
     import jax
 
-    from shared import bench, protocol
+    from cvae_rosetta.bench import harness as bench
+    from cvae_rosetta.spec import protocol
 
     names = [i.name for i in protocol.known() if i.installed]
     impls = {n: protocol.load(n) for n in names}
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{us['identity']:6.1f}  blocked {us['blocked loop']:7.1f} µs",
                     flush=True,
                 )
-    from shared.bench import cpu_model
+    from cvae_rosetta.bench.harness import cpu_model
 
     data = {
         "cpu": cpu_model(),

@@ -6,7 +6,7 @@
 
 The page is generated, never edited by hand: rerun ``cvae bench`` (and ``benchmarks/roof_gap.py``,
 ``benchmarks/data_parallel.py``), then this script. It is the page ``cvae bench`` writes beside its
-``bench.json`` (``shared/bench_report.py``; the plots go to ``--images``), followed by the
+``bench.json`` (``shared/bench/report.py``; the plots go to ``--images``), followed by the
 roof-gap experiments of ``roof_gap*.json``, the tables of ``data_parallel*.json`` and those of the
 older ``step_time*.json`` files (the only bfloat16 figures). Without a bench file it renders the
 last three alone.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # shared/, from a source tree
 
-from shared.bench import REFERENCE  # shared/ is importable from here on
+from cvae_rosetta.bench.results import REFERENCE  # shared/ is importable from here on
 
 FLAT = "pure_jax, flat state"  # the row benchmarks/dispatch.py adds beside the implementations
 
@@ -56,7 +56,7 @@ def render(
     extra += [render_step_time(path) for path in sorted(results.glob("step_time*.json"))]
     if bench is None or not bench.is_file():
         return HEADER + "\n" + "\n".join(extra) + "\n"
-    from shared import bench_report
+    from cvae_rosetta.bench import report as bench_report
 
     data = json.loads(bench.read_text())
     images = images or out.parent / "img"

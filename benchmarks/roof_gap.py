@@ -22,8 +22,8 @@ medians over passes of each process's medians over interleaved rounds. In every 
   ``[M, K] x [K, N]`` matmul instead of one contracting the batch axis of both operands;
 - ``optax_bce`` (experiment): the step with the Bernoulli term as
   ``optax.sigmoid_binary_cross_entropy``, two log-sigmoids per pixel, where the shared loss
-  (``shared/losses.py``) writes the same function as ``softplus(l) - l*x``, one softplus per pixel
-  (the shared loss's form before this benchmark found what it cost);
+  (``shared/spec/losses.py``) writes the same function as ``softplus(l) - l*x``, one softplus
+  per pixel (the shared loss's form before this benchmark found what it cost);
 - ``split_condition`` (experiment): the label enters the first layer of the encoder and of the
   decoder as a row of its kernel, ``h @ W[:n] + W[n:][c]``, instead of a one-hot column
   concatenated to the input (the same function; no ``[B, n + classes]`` copy);
@@ -125,10 +125,11 @@ FLAG_ITEMS = (
 def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profile: bool) -> dict:
     import jax
 
-    from shared import bench, protocol
-    from shared.config import Config
-    from shared.model import noise
-    from shared.validation import Batch
+    from cvae_rosetta.bench import harness as bench
+    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.spec.config import Config
+    from cvae_rosetta.spec.model import noise
+    from cvae_rosetta.spec.validation import Batch
 
     impl = protocol.load("pure_jax")
     config = Config()
@@ -261,15 +262,19 @@ def flat_adam(jax, config, params):
     import optax
     from jax.flatten_util import ravel_pytree
 
-    from impls.pure_jax import loss_fn
-    from shared.model import noise
-    from shared.optim import make_optimizer
+    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.spec.model import noise
+    from cvae_rosetta.spec.optim import make_optimizer
 
+    reference = protocol.load("pure_jax")
+    # pure JAX's loss for given noise is its adapter's ``loss_fn(state, batch, eps)``, which reads
+    # the state's parameters and config; the rest of this state never enters the trace
+    template = reference.from_canonical(params, config)
     tx = make_optimizer(config.optim)
     flat, unravel = ravel_pytree(params)
 
     def loss_of(flat, batch, eps):
-        return loss_fn(unravel(flat), batch, eps, config)
+        return reference.loss_fn(template.replace(params=unravel(flat)), batch, eps)
 
     def step(carry, batch, key):
         flat, opt_state = carry
@@ -291,8 +296,8 @@ def _local_loss(
     import jax.numpy as jnp
     import optax
 
-    from shared.losses import cvae_loss, kl_terms
-    from shared.model import condition, reparameterize, split_moments
+    from cvae_rosetta.spec.losses import cvae_loss, kl_terms
+    from cvae_rosetta.spec.model import condition, reparameterize, split_moments
 
     model = config.model
 
@@ -344,7 +349,7 @@ def _local_loss(
 
 
 def _layers(model):
-    from shared.canonical import layer_sizes
+    from cvae_rosetta.spec.canonical import layer_sizes
 
     sizes = layer_sizes(model)
     return [*sizes["encoder"], *sizes["latent"], *sizes["decoder"]]
@@ -550,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             summary[name]["gflops_per_s"]["epoch"] = flops["step"] / items["epoch"] / 1e6
     import jax
 
-    from shared.bench import cpu_model
+    from cvae_rosetta.bench.harness import cpu_model
 
     data = {
         "jax": jax.__version__,

@@ -5,7 +5,7 @@
 
 Every implementation starts from the same canonical parameters (MNIST-sized model, synthetic data)
 and runs ``jax.jit(impl.train_step, donate_argnums=0)``; extra paths an implementation exposes
-(``implementation.benchmark_paths``: name -> a callable ``make(state) -> (step, state)``) are
+(``implementation.extras["paths"]``: name -> a callable ``make(state) -> (step, state)``) are
 timed beside it. Rounds alternate between implementations so drift hits all alike; each round
 times ``--steps`` steps after ``block_until_ready``, warm-up excluded. The figures are medians over
 rounds, with the spread (min and max), and the ratio to pure JAX measured in the same run.
@@ -22,9 +22,9 @@ import time
 
 import jax
 
-from shared import protocol
-from shared.config import Config, ModelConfig
-from shared.validation import Batch
+from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec.config import Config, ModelConfig
+from cvae_rosetta.spec.validation import Batch
 
 
 def paths_of(name: str, impl, config: Config, params) -> dict:
@@ -32,7 +32,7 @@ def paths_of(name: str, impl, config: Config, params) -> dict:
     paths = {
         name: (jax.jit(impl.train_step, donate_argnums=0), impl.from_canonical(params, config))
     }
-    extra = getattr(impl, "extras", {}).get("benchmark_paths", {})
+    extra = getattr(impl, "extras", {}).get("paths", {})
     for label, make in extra.items():
         step, state = make(impl.from_canonical(params, config))
         paths[f"{name}:{label}"] = (step, state)

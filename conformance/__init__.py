@@ -2,7 +2,7 @@
 
 Run it against any implementation, this repository's or your own::
 
-    pytest --pyargs conformance --impl pure_jax
-    pytest --pyargs conformance --impl mypackage.mymodule:implementation
-    CVAE_IMPL=flax_nnx,haiku pytest --pyargs conformance
+    pytest --pyargs cvae_rosetta.conformance --impl pure_jax
+    pytest --pyargs cvae_rosetta.conformance --impl mypackage.mymodule:implementation
+    CVAE_IMPL=flax_nnx,haiku pytest --pyargs cvae_rosetta.conformance
 """

@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from shared.canonical import layer_sizes
-from shared.config import Config, ModelConfig, OptimConfig
-from shared.validation import Batch
+from cvae_rosetta.spec.canonical import layer_sizes
+from cvae_rosetta.spec.config import Config, ModelConfig, OptimConfig
+from cvae_rosetta.spec.validation import Batch
 
 # A small model of the bundled digits' shape: 64 pixels, 10 labels.
 MODEL = ModelConfig(
@@ -24,6 +24,23 @@ B = 12
 
 # float32 against float64: relative error of sums of O(100) products is ~1e-6; leave headroom.
 RTOL, ATOL = 2e-5, 1e-5
+
+
+def digits(batch_size: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray, Batch]:
+    """Real handwritten digits for the checks that train: scikit-learn's bundled 8x8 digits scaled
+    from 0..16 to [0, 1], the first 1500 shuffled (by ``seed``) into full batches
+    ``xs: [n, B, 64]``, ``cs: [n, B]``, and the other 297 as one test batch. The suite reads them
+    itself, so it needs nothing of the application's data loading."""
+    from sklearn.datasets import load_digits
+
+    x, c = load_digits(return_X_y=True)
+    x, c = (x / 16.0).astype(np.float32), c.astype(np.int32)
+    train, test = slice(0, 1500), slice(1500, None)
+    order = np.random.default_rng(seed).permutation(1500)
+    n = 1500 // batch_size
+    xs = x[train][order][: n * batch_size].reshape(n, batch_size, -1)
+    cs = c[train][order][: n * batch_size].reshape(n, batch_size)
+    return xs, cs, Batch(jnp.asarray(x[test]), jnp.asarray(c[test]))
 
 
 def reference_params(key: jax.Array, model: ModelConfig = MODEL) -> dict:
@@ -68,12 +85,12 @@ def at_path(tree, path):
 def capabilities(impl) -> set[str]:
     """What an implementation offers beyond the protocol of SPEC section 6.
 
-    ``paths``: other ways to run the same train step (``extras["benchmark_paths"]`` of an
-    :class:`~shared.protocol.Adapter`). ``data_parallel``: a ``grads_fn`` (the step's gradient
-    half), which the per-device data-parallel steps (``pmap``, ``shard_map``) need.
+    ``paths``: other ways to run the same train step (``extras["paths"]`` of an
+    :class:`~cvae_rosetta.spec.protocol.Adapter`). ``data_parallel``: a ``grads_fn`` (the step's
+    gradient half), which the per-device data-parallel steps (``pmap``, ``shard_map``) need.
     """
     found = set()
-    if getattr(impl, "extras", {}).get("benchmark_paths"):
+    if getattr(impl, "extras", {}).get("paths"):
         found.add("paths")
     if getattr(impl, "grads_fn", None) is not None:
         found.add("data_parallel")

@@ -10,20 +10,20 @@ profiles: ``ci`` (small and derandomised, the default) and ``thorough`` (``--tho
 Every run writes a machine-readable report (``--conformance-report``, default
 ``conformance-report.json`` in the working directory): per implementation and per check,
 ``passed``, ``failed``, ``skipped`` or ``not applicable`` (a check of a capability the
-implementation does not have, see :func:`conformance.common.require`), with the versions behind
-each implementation.
+implementation does not have, see :func:`cvae_rosetta.conformance.common.require`), with the
+versions behind each implementation.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from cvae_rosetta.files import write_json
 
 _IMPLS_KEY = pytest.StashKey[dict]()
 _RESULTS_KEY = pytest.StashKey[dict]()
@@ -58,7 +58,7 @@ def _requested(config: pytest.Config) -> list[str]:
     if not names:
         names = [n for n in os.environ.get("CVAE_IMPL", "").split(",") if n.strip()]
     if not names:
-        from shared.protocol import known
+        from cvae_rosetta.spec.protocol import known
 
         names = [info.name for info in known() if info.installed]
     return [n.strip() for n in names]
@@ -100,8 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _impls(config: pytest.Config) -> dict:
     """The implementations under test, loaded once, on first need."""
     if _IMPLS_KEY not in config.stash:
-        from shared.errors import CvaeError
-        from shared.protocol import load
+        from cvae_rosetta.spec.errors import CvaeError
+        from cvae_rosetta.spec.protocol import load
 
         impls = {}
         for name in _requested(config):
@@ -126,7 +126,7 @@ def _loaded(config: pytest.Config) -> dict:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     import jax
 
-    from shared.protocol import framework_of
+    from cvae_rosetta.spec.protocol import framework_of
 
     impls = _impls(config)
     lines = [
@@ -154,7 +154,8 @@ def _named_explicitly(path: Path, config: pytest.Config) -> bool:
     """Whether an argument of this run is ``path`` or lies inside it (a path or, with
     ``--pyargs``, a dotted module name)."""
     here = Path(config.invocation_params.dir)
-    dotted = ".".join(path.parts[-2:])  # conformance/meta_tests -> conformance.meta_tests
+    # .../conformance/meta_tests -> cvae_rosetta.conformance.meta_tests
+    dotted = ".".join(("cvae_rosetta", *path.parts[-2:]))
     for arg in config.args:
         arg = arg.split("::")[0]
         candidate = (here / arg).resolve()
@@ -166,7 +167,7 @@ def _named_explicitly(path: Path, config: pytest.Config) -> bool:
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
-    """What a plain ``pytest --pyargs conformance`` leaves out.
+    """What a plain ``pytest --pyargs cvae_rosetta.conformance`` leaves out.
 
     The pairwise checks need two implementations; with one they are not collected at all. The
     meta tests (``conformance/meta_tests``: the suite run on deliberately broken implementations)
@@ -266,7 +267,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import jax
 
-    from shared.protocol import framework_of
+    from cvae_rosetta.spec.protocol import framework_of
 
     impls = {}
     for name, impl in config.stash.get(_IMPLS_KEY, {}).items():
@@ -287,11 +288,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "results": results,
     }
     path = Path(config.getoption("conformance_report")).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, report, sort_keys=True, newline=False, parents=True)
     config.stash[_RESULTS_KEY] = {"_written": str(path), **results}
 
 

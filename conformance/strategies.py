@@ -23,9 +23,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from shared.canonical import Canonical, layer_sizes
-from shared.config import LOSS_KINDS, Config, LossConfig, ModelConfig, OptimConfig
-from shared.validation import Batch
+from cvae_rosetta.spec.canonical import Canonical, layer_sizes
+from cvae_rosetta.spec.config import LOSS_KINDS, Config, LossConfig, ModelConfig, OptimConfig
+from cvae_rosetta.spec.validation import Batch
 
 MAX_INPUT_DIM = 24
 MAX_CLASSES = 6
@@ -87,7 +87,7 @@ def optim_configs(draw) -> OptimConfig:
 
 # One model for every argument of a test that draws from it (``st.shared`` with this key), e.g.
 # ``@given(model=shared_models, params=shared_models.flatmap(canonical_params))``.
-shared_models = st.shared(model_configs(), key="conformance.strategies.model")
+shared_models = st.shared(model_configs(), key="cvae_rosetta.conformance.strategies.model")
 
 
 # --- valid inputs (SPEC section 7) ----------------------------------------------------------------

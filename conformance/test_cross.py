@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conformance.common import CONFIG, MODEL, make_batch, reference_params
-from shared.config import Config, LossConfig, ModelConfig
-from shared.validation import Batch
+from cvae_rosetta.conformance.common import CONFIG, MODEL, digits, make_batch, reference_params
+from cvae_rosetta.spec.config import Config, LossConfig, ModelConfig
+from cvae_rosetta.spec.validation import Batch
 
 # Two float32 computations of the same thing, each within ~1e-6 relative of the exact value.
 RTOL, ATOL = 2e-5, 2e-6
@@ -82,13 +82,9 @@ def test_one_step_agrees(impl_pair, params, batch):
 
 
 def test_twenty_steps_on_digits_end_at_the_same_parameters(impl_pair):
-    from shared.data import EpochBatches, load_digits
-
-    digits = load_digits()
     config = Config(model=ModelConfig(input_dim=64, num_classes=10, latent_dim=8))
     start = reference_params(jax.random.key(5), config.model)
-    batches = EpochBatches(digits.train, 64, "drop")
-    xs, cs = batches.epoch(jax.random.key(6))
+    xs, cs, _ = digits(64, seed=6)
     finals, losses = [], []
     for impl in impl_pair:
         step = jax.jit(impl.train_step, donate_argnums=0)

@@ -2,7 +2,7 @@
 
 Each closes a gap that ``conformance/meta_tests`` found (``docs/meta_tests.md`` lists which bug
 each one catches). Like every conformance check, they touch only the protocol and compare with the
-float64 NumPy reference of ``conformance.reference``.
+float64 NumPy reference of ``cvae_rosetta.conformance.reference``.
 
 - Clipping: Adam's first update ``lr * g / (|g| + eps)`` does not depend on the gradient's scale,
   so one step at the usual clip norm cannot see whether the gradient was clipped; a clip norm that
@@ -19,8 +19,8 @@ import numpy as np
 import optax
 import pytest
 
-from conformance import reference
-from conformance.common import (
+from cvae_rosetta.conformance import reference
+from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     B,
@@ -30,7 +30,7 @@ from conformance.common import (
     spec_noise,
     spec_optimizer,
 )
-from shared.config import OptimConfig
+from cvae_rosetta.spec.config import OptimConfig
 
 
 def as32(tree):

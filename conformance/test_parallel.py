@@ -1,4 +1,4 @@
-"""Data parallelism (shared/parallel.py) over every implementation: ``pmap``, sharded ``jit``,
+"""Data parallelism (shared/spec/parallel.py) over every implementation: ``pmap``, sharded ``jit``,
 ``shard_map``, on 1, 2, 4 and 8 devices.
 
 A data-parallel step on a global batch must compute the serial step on that batch: the same
@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conformance.common import CONFIG, MODEL, make_batch, reference_params, require
-from shared import parallel
-from shared.model import noise
+from cvae_rosetta.conformance.common import CONFIG, MODEL, make_batch, reference_params, require
+from cvae_rosetta.spec import parallel
+from cvae_rosetta.spec.model import noise
 
 DEVICE_COUNTS = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
 B = 16  # divisible by every device count above

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from conformance.common import CONFIG, make_batch, reference_params, require
+from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params, require
 
 STEPS = 4
 
@@ -28,7 +28,7 @@ def test_every_path_follows_the_protocol_step(impl):
     for batch, key in zip(batches, keys, strict=True):
         state, metrics = step(state, batch, key)
         expected.append({k: float(v) for k, v in metrics.items()})
-    for label, make in impl.extras["benchmark_paths"].items():
+    for label, make in impl.extras["paths"].items():
         path_step, carry = make(impl.from_canonical(params, CONFIG))
         for t, (batch, key) in enumerate(zip(batches, keys, strict=True)):
             carry, metrics = path_step(carry, batch, key)

@@ -56,8 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conformance.common import MODEL, B, make_batch, reference_params
-from shared.config import Config, ModelConfig
+from cvae_rosetta.conformance.common import MODEL, B, make_batch, reference_params
+from cvae_rosetta.spec.config import Config, ModelConfig
 
 U = 2.0**-8  # bfloat16's unit roundoff
 
@@ -72,7 +72,7 @@ MAX_FLIPPED = 0.05  # fraction of first-step updates whose sign differs
 PAIR = 2.0  # the triangle inequality, for two bfloat16 runs
 
 MODELS = {
-    "small": MODEL,  # conformance.common's: 64 pixels, widths 32 and 16
+    "small": MODEL,  # cvae_rosetta.conformance.common's: 64 pixels, widths 32 and 16
     "784": ModelConfig(input_dim=784, num_classes=10, latent_dim=32),  # the default model
 }
 

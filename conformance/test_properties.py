@@ -1,10 +1,10 @@
 """Properties of every implementation, over drawn models, batches, parameters and keys.
 
-The examples come from ``conformance.strategies`` (the spec alone, never an implementation); how
-many, and whether they are derandomised, is the hypothesis profile's business (``ci`` or
-``thorough``, registered by the plugin). Each test touches only the protocol, and numbers are
-compared with the float64 reference of ``conformance.reference`` from the same canonical
-parameters and the same noise ``eps = normal(key, (B, L))``.
+The examples come from ``cvae_rosetta.conformance.strategies`` (the spec alone, never an
+implementation); how many, and whether they are derandomised, is the hypothesis profile's business
+(``ci`` or ``thorough``, registered by the plugin). Each test touches only the protocol, and
+numbers are compared with the float64 reference of ``cvae_rosetta.conformance.reference`` from the
+same canonical parameters and the same noise ``eps = normal(key, (B, L))``.
 
 Every drawn shape costs a compilation, whatever the call style: dispatching a call op by op
 compiles each operation for the new shapes, and measured about three times slower than compiling
@@ -29,9 +29,9 @@ import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-from conformance import reference
-from conformance.common import ATOL, RTOL, at_path, spec_noise
-from conformance.strategies import (
+from cvae_rosetta.conformance import reference
+from cvae_rosetta.conformance.common import ATOL, RTOL, at_path, spec_noise
+from cvae_rosetta.conformance.strategies import (
     Case,
     bad_batches,
     bad_latents,
@@ -45,11 +45,11 @@ from conformance.strategies import (
     optim_configs,
     shared_models,
 )
-from conformance.strategies import batches as batches_for
-from shared.canonical import layer_sizes
-from shared.config import Config
-from shared.model import generate, reconstruct
-from shared.validation import Batch
+from cvae_rosetta.conformance.strategies import batches as batches_for
+from cvae_rosetta.spec.canonical import layer_sizes
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.model import generate, reconstruct
+from cvae_rosetta.spec.validation import Batch
 
 U = 2.0**-24  # float32 unit roundoff
 TINY_STEP = 1e-6  # central differences in float64
@@ -406,10 +406,10 @@ def test_mse_loss_is_the_guides_definition(impl, case):
 @settings()
 @given(case=cases(losses=loss_configs()), data=st.data())
 def test_reference_gradient_matches_central_differences(case, data):
-    """The hand-derived float64 gradient of ``conformance.reference`` against central differences
-    of its loss (step 1e-6) on a drawn handful of entries: the implementations are held to that
-    gradient above, so this checks the checker. Examples where a step crosses a ReLU kink are
-    discarded (the derivative is not defined there).
+    """The hand-derived float64 gradient of ``cvae_rosetta.conformance.reference`` against central
+    differences of its loss (step 1e-6) on a drawn handful of entries: the implementations are held
+    to that gradient above, so this checks the checker. Examples where a step crosses a ReLU kink
+    are discarded (the derivative is not defined there).
 
     float64: rounding of each loss evaluation ~1e-14 |f|, over a 2e-6 step ~5e-9 |f|; truncation
     h^2 f''' / 6 ~1e-12 f'''. Hence 1e-7 max(1, |f|), with room to spare.

@@ -1,7 +1,8 @@
 """The first conformance checks: every implementation against SPEC sections 1 to 6.
 
 Each test touches only the protocol. Numbers are compared with the float64 NumPy reference of
-``conformance.reference``, computed from the same canonical parameters and the same noise.
+``cvae_rosetta.conformance.reference``, computed from the same canonical parameters and the same
+noise.
 """
 
 from __future__ import annotations
@@ -13,22 +14,23 @@ import numpy as np
 import optax
 import pytest
 
-from conformance import reference
-from conformance.common import (
+from cvae_rosetta.conformance import reference
+from cvae_rosetta.conformance.common import (
     ATOL,
     CONFIG,
     MODEL,
     RTOL,
     B,
     at_path,
+    digits,
     make_batch,
     reference_params,
     spec_noise,
     spec_optimizer,
 )
-from shared.config import Config, LossConfig, ModelConfig, OptimConfig
-from shared.protocol import MEMBERS
-from shared.validation import Batch
+from cvae_rosetta.spec.config import Config, LossConfig, ModelConfig, OptimConfig
+from cvae_rosetta.spec.protocol import MEMBERS
+from cvae_rosetta.spec.validation import Batch
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_state_is_a_pytree_of_arrays(impl, params):
 
 
 def test_init_gives_canonical_shapes_and_dtypes(impl):
-    from shared.canonical import shapes
+    from cvae_rosetta.spec.canonical import shapes
 
     got = impl.to_canonical(impl.init(jax.random.key(0), CONFIG))
     expected = shapes(MODEL)
@@ -228,15 +230,10 @@ def test_donated_step_leaves_callers_parameters_intact(impl, params, batch):
 
 
 def test_a_few_dozen_steps_lower_the_loss_on_digits(impl):
-    from shared.data import EpochBatches, load_digits
-
-    digits = load_digits()
     config = Config(model=ModelConfig(input_dim=64, num_classes=10, latent_dim=8))
     state = impl.from_canonical(reference_params(jax.random.key(0), config.model), config)
-    batches = EpochBatches(digits.train, 64, "drop")
-    xs, cs = batches.epoch(jax.random.key(0))
+    xs, cs, fixed = digits(64, seed=0)
     step = jax.jit(impl.train_step, donate_argnums=0)
-    fixed = Batch(jnp.asarray(digits.test.x), jnp.asarray(digits.test.c))
     before = float(impl.loss(state, fixed, jax.random.key(1))[0])
     for t in range(40):
         state, _ = step(state, Batch(xs[t % len(xs)], cs[t % len(cs)]), jax.random.key(t))
@@ -311,7 +308,7 @@ INIT_MODEL = ModelConfig(input_dim=784, num_classes=10, latent_dim=32)
 
 def test_init_is_lecun_normal_with_zero_biases(impl):
     """Kernel variance 1/fan_in (truncated normal, corrected), within sampling error; biases 0."""
-    from shared.canonical import layer_sizes
+    from cvae_rosetta.spec.canonical import layer_sizes
 
     params = impl.to_canonical(impl.init(jax.random.key(3), Config(model=INIT_MODEL)))
     sizes = layer_sizes(INIT_MODEL)

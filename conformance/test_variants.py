@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from conformance.common import CONFIG, make_batch, reference_params
+from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
 
 VARIANTS = ["without_jit", "with_jit", "with_pmap", "with_fake_pmap"]
 

@@ -50,7 +50,7 @@ IMPLEMENTATIONS = {
     "haiku": ("Haiku", "impls/haiku_impl.py"),
     "equinox": ("Equinox", "impls/equinox_impl.py"),
 }
-SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "adapter"]
+SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
 TOUR = ["stateful_layers", "surgery", "scan_layers", "inspect_model"]
 
 MARKER = re.compile(

@@ -18,13 +18,13 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from shared.canonical import Canonical, layer_sizes
-from shared.config import Config, ModelConfig
-from shared.losses import Metrics, cvae_loss
-from shared.model import condition, noise, reparameterize, split_moments
-from shared.optim import make_optimizer
-from shared.protocol import Adapter
-from shared.validation import Batch
+from cvae_rosetta.spec.canonical import Canonical, layer_sizes
+from cvae_rosetta.spec.config import Config, ModelConfig
+from cvae_rosetta.spec.losses import Metrics, cvae_loss
+from cvae_rosetta.spec.model import condition, noise, reparameterize, split_moments
+from cvae_rosetta.spec.optim import make_optimizer
+from cvae_rosetta.spec.protocol import Adapter
+from cvae_rosetta.spec.validation import Batch
 
 
 # --8<-- [start:module]
@@ -215,15 +215,20 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
     return state.apply_gradients(grads), metrics
 
 
-fast_train_step = jax.jit(train_step, donate_argnums=0)
+# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)`` and the
+# trainer inside its epoch step under ``jax.jit(..., donate_argnums=0)``.
 # --8<-- [end:fast_path]
 
 
-# --8<-- [start:adapter]
+# --8<-- [start:paths]
+# The NNX way of running the step (``train_step_in_place``), behind the protocol's
+# ``(state, batch, key)`` call: ``label -> make(state) -> (step, carry)``, where
+# ``step(carry, batch, key) -> (carry, metrics)``. The conformance suite checks each against
+# ``train_step``; ``cvae bench`` times each beside the fast path.
 def in_place_path(state: TrainState, *, cached: bool = False):
-    """The stateful step behind the protocol's ``(state, batch, key)`` call, for the benchmark:
-    ``(step, (model, optimizer))``; ``cached`` applies ``nnx.cached_partial`` to the two objects.
-    The model wraps ``state``'s parameter buffers, which the first step donates."""
+    """The stateful step from a protocol state: ``(step, (model, optimizer))``; ``cached`` applies
+    ``nnx.cached_partial`` to the two objects. The model wraps ``state``'s parameter buffers,
+    which the first step donates."""
     model, config = state.model, state.config
     optimizer = nnx.Optimizer(model, state.tx, wrt=nnx.Param)
     if cached:
@@ -238,6 +243,14 @@ def in_place_path(state: TrainState, *, cached: bool = False):
     return step, (model, optimizer)
 
 
+PATHS = {
+    "nnx.jit in place": in_place_path,
+    "nnx.cached_partial": functools.partial(in_place_path, cached=True),
+}
+# --8<-- [end:paths]
+
+
+# --8<-- [start:adapter]
 implementation = Adapter(
     name="flax_nnx",
     framework="flax",
@@ -249,11 +262,6 @@ implementation = Adapter(
     grads_fn=compute_grads,
     encode_fn=encode,
     decode_fn=decode,
-    extras={
-        "benchmark_paths": {
-            "nnx.jit in place": in_place_path,
-            "nnx.cached_partial": functools.partial(in_place_path, cached=True),
-        }
-    },
+    extras={"paths": PATHS},
 )
 # --8<-- [end:adapter]

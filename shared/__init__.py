@@ -1,1 +1,18 @@
-"""Framework-neutral code of cvae-rosetta, written once for every implementation."""
+"""cvae-rosetta: one conditional VAE and one training step in pure JAX, Flax Linen, Flax NNX, Haiku
+and Equinox, behind one protocol, held to one spec.
+
+The layers, lowest first (each imports only the ones above it in this list):
+
+- ``cvae_rosetta.spec``: the contract an implementation needs (model pieces, loss, optimiser,
+  canonical parameters, config, validation, errors, train state, the protocol and its loader, the
+  data-parallel wrappers the suite checks). It imports nothing else of the project.
+- ``cvae_rosetta.files``: atomic writes that respect the umask, used by every writer.
+- ``cvae_rosetta.impls``: one module per framework (spec only).
+- ``cvae_rosetta.conformance``: the suite, a pytest plugin (spec and files only).
+- ``cvae_rosetta.app``: the application: data, trainer, checkpoints, evaluation, inference, export,
+  serving, pictures, the run directory, and :func:`cvae_rosetta.app.run.train_and_evaluate`.
+- ``cvae_rosetta.bench``: the benchmark harness.
+- ``cvae_rosetta.cli``: the ``cvae`` command, which only parses arguments; nothing imports it.
+"""
+
+__version__ = "0.1.0"

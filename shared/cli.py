@@ -12,16 +12,16 @@ refusal is one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.config import SECTIONS, Config
-from shared.errors import ConfigError, CvaeError
+from cvae_rosetta.spec.config import SECTIONS, Config
+from cvae_rosetta.spec.errors import ConfigError, CvaeError
 
 
 def _number(kind: type) -> Callable[[str], Any]:
@@ -67,6 +67,62 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
 }
 
 
+# The application's errors name config fields (``optim.learning_rate``) and the parameters of its
+# functions (``checkpoint_every``); the CLI shows the flags that set them. A config field stays as
+# it is where it starts a message (it is what config.json and --help name), and is shown as its
+# flag inside one ("lower --learning-rate").
+OPTION_FLAGS = {
+    "checkpoint_every": "--checkpoint-every",
+    "keep_checkpoints": "--keep-checkpoints",
+    "iw_samples": "--iw-samples",
+    "debug_nans": "--debug-nans",
+    "latest_good": "--resume-latest-good",
+    "workdir": "--out",
+    "out": "--out",
+    "run_dir": "--run",
+    "resume": "--resume",
+    "impls": "--impls",
+    "platforms": "--platforms",
+    "labels": "--label",
+    "count": "--n",
+    "seed": "--seed",
+    "step": "--step",
+    "coordinator": "--coordinator",
+    "num_processes": "--num-processes",
+    "process_id": "--process-id",
+    "port": "--port",
+    "timeout": "--timeout",
+    "overwrite=True": "--overwrite",
+}
+FIELD_PATTERN = re.compile(r"(?<![\w.])(?:data|train|model|loss|optim)\.\w+")
+FIELD_LEAD = re.compile(FIELD_PATTERN.pattern + r"(?:\[\d+\])?")  # model.encoder_dims[1]
+OPTION_PATTERN = re.compile(
+    r"(?<![\w.-])(?:"
+    + "|".join(re.escape(k) for k in OPTION_FLAGS if "_" in k or "=" in k)
+    + r")\b"
+)
+
+
+def in_flags(message: str) -> str:
+    """An error of the application in the terms of this CLI: the option or parameter a message
+    starts with becomes its flag (after any path or implementation name before it), and so do
+    the config fields and options named inside it."""
+    lead, sep, rest = message.partition(": ")
+    if not sep:
+        return _inner_flags(message)
+    if lead in OPTION_FLAGS:
+        return f"{OPTION_FLAGS[lead]}: {_inner_flags(rest)}"
+    if all(FIELD_LEAD.fullmatch(part.strip()) for part in lead.split(",")):
+        return f"{lead}: {_inner_flags(rest)}"  # config fields stay as config.json names them
+    return f"{_inner_flags(lead)}: {in_flags(rest)}"  # a path or an implementation's name first
+
+
+def _inner_flags(text: str) -> str:
+    field_flags = {f"{section}.{name}": flag for flag, (section, name, _, _) in FLAGS.items()}
+    text = FIELD_PATTERN.sub(lambda m: field_flags.get(m.group(0), m.group(0)), text)
+    return OPTION_PATTERN.sub(lambda m: OPTION_FLAGS[m.group(0)], text)
+
+
 def _dest(flag: str) -> str:
     return "cfg_" + flag.lstrip("-").replace("-", "_")
 
@@ -93,28 +149,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[Config, set[str]]:
     return Config(**{s: SECTIONS[s](**changes[s]) for s in SECTIONS}), given
 
 
-def resolve(config: Config, given: set[str]):
-    """Load the data set and fit the model's input and label counts to it."""
-    from shared import data
-
-    dataset = data.load(config.data)
-    model = config.model
-    for name, actual, what in (
-        ("input_dim", dataset.input_dim, "features"),
-        ("num_classes", dataset.num_classes, "classes"),
-    ):
-        if f"model.{name}" in given and getattr(model, name) != actual:
-            raise ConfigError(
-                f"model.{name}: expected {actual} (the {what} of {dataset.name}), "
-                f"got {getattr(model, name)}"
-            )
-    config = config.replace(
-        model=model.replace(input_dim=dataset.input_dim, num_classes=dataset.num_classes)
-    )
-    data.check_batch_size(dataset, config.data.batch_size)
-    return config, dataset
-
-
 def _cluster(args: argparse.Namespace, config: Config, given: set[str]):
     """The process's place in a ``--distributed`` run (``None`` without it), checked before JAX
     starts; its ``config`` has one device per process unless ``--devices`` was given."""
@@ -126,7 +160,7 @@ def _cluster(args: argparse.Namespace, config: Config, given: set[str]):
                     f"{getattr(args, flag)!r}"
                 )
         return None
-    from shared import distributed
+    from cvae_rosetta.app import distributed
 
     return distributed.Cluster.create(
         args.coordinator,
@@ -137,17 +171,6 @@ def _cluster(args: argparse.Namespace, config: Config, given: set[str]):
     )
 
 
-def _start_devices(config: Config, cluster) -> None:
-    """Arrange host devices (``--devices N`` on a CPU) and join a distributed run, before anything
-    touches a JAX device."""
-    from shared import parallel
-
-    if cluster is not None:
-        cluster.start()
-    elif config.train.devices > 1:
-        parallel.arrange_cpu_devices(config.train.devices)
-
-
 def _default_out(prefix: str) -> Path:
     return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -156,7 +179,7 @@ def _default_out(prefix: str) -> Path:
 
 
 def cmd_impls(args: argparse.Namespace) -> int:
-    from shared import protocol
+    from cvae_rosetta.spec import protocol
 
     infos = protocol.known()
     width = max(len(i.name) for i in infos)
@@ -166,135 +189,68 @@ def cmd_impls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace) -> Any:
+    from cvae_rosetta.app.train import Options
+
+    return Options(
+        impl=args.impl or "",
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        iw_samples=args.iw_samples,
+        debug_nans=args.debug_nans,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        latest_good=args.resume_latest_good,
+    )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from shared import checkpoint, evaluate, protocol, run
-    from shared.trainer import RunKeys, train
+    from cvae_rosetta.app import train
+    from cvae_rosetta.spec import protocol
 
-    iw_samples = evaluate.check_iw_samples(args.iw_samples)
-    every, keep = checkpoint.check_options(args.checkpoint_every, args.keep_checkpoints)
     config, given = config_from_args(args)
-    if args.debug_nans and config.train.data_parallel != "none":
-        raise ConfigError(
-            "--debug-nans: expected --data-parallel none (it checks the serial step), got "
-            f"{config.train.data_parallel!r}"
-        )
-    resume = _open_resume(args, given)  # None without --resume; checked, nothing written
-    if resume is not None:
-        config = _resume_config(args, resume.config, given)
-    cluster = _cluster(args, config, given)
-    if cluster is not None:
-        config = cluster.config
-    impl = protocol.load(args.impl or (resume.run["impl"] if resume else "pure_jax"))
-    writer = cluster is None or cluster.process_id == 0  # the one process that writes outputs
-    if writer and resume is None:
-        out = run.check_out_dir(args.out or _default_out(impl.name), overwrite=args.overwrite)
-    _start_devices(config, cluster)
-    if resume is not None:
-        resume.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
-    config, dataset = resolve(config, given)
-    keys = RunKeys.from_seed(config.train.seed)
-    if not writer:
-        train(impl, impl.init(keys.init, config), config, dataset, keys, progress=False)
-        return 0
-
-    if resume is None:
-        run.make_out_dir(out, overwrite=args.overwrite)
-        run.save_config(out, config, command="train", impl=args.impl or "pure_jax")
-        state, start, history = impl.init(keys.init, config), None, []
+    options = _options(args)
+    if args.resume is not None:
+        _check_resume_flags(args)
+        changes = {name: value for name, value in _given_values(args, given)}
+        outcome = train.resume(args.resume, options, changes=changes)
     else:
-        out, keys = resume.directory, resume.checkpoint.keys
-        state, start, history = _resume_state(resume, impl, config, dataset)
-    log = run.MetricsLog(out / "metrics.jsonl")
-    saver = checkpoint.Saver(out, impl, config, keys, dataset, keep=keep)
-    # Ctrl-C stops one process gracefully; the others of a distributed run would wait for it
-    stopper = checkpoint.GracefulStop() if cluster is None else contextlib.nullcontext(None)
-    try:
-        with stopper as stop:
-            result = train(
-                impl,
-                state,
-                config,
-                dataset,
-                keys,
-                on_record=log,
-                progress=not args.no_progress,
-                desc=impl.name,
-                start=start,
-                history=history,
-                on_checkpoint=saver,
-                checkpoint_every=every,
-                should_stop=stop,
-                debug_nans=args.debug_nans,
+        if args.resume_latest_good:
+            raise ConfigError(
+                "--resume-latest-good: expected only with --resume DIR, got no --resume"
             )
-    finally:
-        log.close()
-        saver.close()
-    if result.stopped:
-        return _report_stop(out, impl, result)
-    run.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
-    from shared import images
-
-    images.metric_panels(
-        {impl.name: run.curves_of(result.records)},
-        out / "curves.png",
-        title=f"{impl.name} on {dataset.name}",
-    )
-    final = result.final()
-    summary = {
-        "impl": impl.name,
-        **final,
-        "compile_seconds": result.compile_seconds,
-        "steps_per_second": result.steps_per_second,
-    }
-    run.write_json(out / "summary.json", summary)
-    run.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
-    report = evaluate.evaluate(
-        impl, result.state, dataset, config.train.seed, iw_samples=iw_samples, out=out
-    )
-    run.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **report})
-    print(
-        f"{impl.name} on {dataset.name}: {config.train.epochs} epochs, {final['step']} steps, "
-        f"{result.steps_per_second:.0f} steps/s, first compile {result.compile_seconds:.2f} s"
-    )
-    print(
-        f"  train loss {final['train_loss']:.3f}   test loss {final['test_loss']:.3f} "
-        f"(recon {final['test_recon']:.3f}, kl {final['test_kl']:.3f})"
-    )
-    print(evaluate.describe(report))
-    print(
-        f"  wrote {out}/: config.json metrics.jsonl samples.png reconstructions.png curves.png "
-        f"summary.json {evaluate.PARAMS_FILE} {evaluate.EVALUATION_FILE} {evaluate.GRID_FILE} "
-        f"{evaluate.LATENT_FILE}"
-    )
+        options = dataclasses.replace(options, impl=options.impl or "pure_jax")
+        options.check(config)  # before the cluster is joined
+        cluster = _cluster(args, config, given)
+        workdir = args.out or _default_out(protocol.load(options.impl).name)
+        outcome = train.train_and_evaluate(config, workdir, options, given=given, cluster=cluster)
+        if cluster is not None and cluster.process_id != 0:
+            return 0
+    if outcome.stopped:
+        resume_command = lambda out: f"cvae train --resume {out}"
+        print(f"cvae: {train.describe_stop(outcome, resume_command)}", file=sys.stderr)
+        return train.STOPPED
+    print(train.describe(outcome))
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from shared import compare, evaluate, protocol, run
+    from cvae_rosetta.app import compare
 
-    iw_samples = evaluate.check_iw_samples(args.iw_samples)
     config, given = config_from_args(args)
-    names = (
-        [n.strip() for n in args.impls.split(",") if n.strip()]
-        if args.impls
-        else (compare.installed_names())
-    )
-    if not names:
-        raise ConfigError("--impls: expected at least one implementation name, got none")
-    for name in names:
-        protocol.load(name)
-    protocol.load(compare.REFERENCE)
-    _start_devices(config, None)
-    config, dataset = resolve(config, given)
-    out = run.check_out_dir(args.out or _default_out("compare"), overwrite=args.overwrite)
-
-    run.make_out_dir(out, overwrite=args.overwrite)
-    rows = compare.run(
-        names, config, dataset, out, progress=not args.no_progress, iw_samples=iw_samples
+    names = [n.strip() for n in args.impls.split(",") if n.strip()] if args.impls else None
+    rows, dataset, out = compare.compare(
+        config,
+        args.out or _default_out("compare"),
+        names,
+        given=given,
+        iw_samples=args.iw_samples,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
     )
     print()
     print(
-        f"{dataset.name}: {len(names)} implementations, {config.train.epochs} epochs, batch "
+        f"{dataset.name}: {len(rows)} implementations, {config.train.epochs} epochs, batch "
         f"{config.data.batch_size}, same initial parameters and keys "
         f"(max |dparam| against {rows[0]['reference']})"
     )
@@ -308,7 +264,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from shared import evaluate
+    from cvae_rosetta.app import evaluate
 
     if args.run is None:
         raise ConfigError("--run: expected a run directory (of cvae train or compare), got none")
@@ -323,7 +279,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from shared import distributed
+    from cvae_rosetta.app import distributed
 
     if args.port is not None and (not isinstance(args.port, int) or not 0 < args.port < 65536):
         raise ConfigError(f"--port: expected an integer in [1, 65535], got {args.port!r}")
@@ -335,7 +291,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
-    from shared.evaluate import DEFAULT_IW_SAMPLES
+    from cvae_rosetta.app.evaluate import DEFAULT_IW_SAMPLES
 
     parser.add_argument(
         "--iw-samples",
@@ -437,7 +393,7 @@ def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    from shared.checkpoint import DEFAULT_EVERY, DEFAULT_KEEP
+    from cvae_rosetta.app.checkpoint import DEFAULT_EVERY, DEFAULT_KEEP
 
     group = parser.add_argument_group("checkpoints and resuming (docs/checkpoints.md)")
     group.add_argument(
@@ -470,17 +426,8 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _open_resume(args: argparse.Namespace, given: set[str]):
-    """The run ``--resume`` names, its config.json checked (nothing read with JAX, nothing
-    written yet), or ``None`` without it."""
-    from shared import checkpoint
-
-    if args.resume is None:
-        if args.resume_latest_good:
-            raise ConfigError(
-                "--resume-latest-good: expected only with --resume DIR, got no --resume"
-            )
-        return None
+def _check_resume_flags(args: argparse.Namespace) -> None:
+    """``--resume DIR`` goes on in DIR: no ``--out``, no ``--overwrite``, one process."""
     for flag, value in (("--out", args.out), ("--overwrite", args.overwrite or None)):
         if value is not None:
             raise ConfigError(
@@ -489,57 +436,13 @@ def _open_resume(args: argparse.Namespace, given: set[str]):
             )
     if getattr(args, "distributed", False):
         raise ConfigError("--resume: expected a run of one process, got --distributed")
-    return checkpoint.Resume.open(args.resume, latest_good=args.resume_latest_good)
 
 
-def _resume_config(args: argparse.Namespace, stored: Config, given: set[str]) -> Config:
-    """The run's own config with the flags given explicitly; any change to the model, the loss,
-    the optimiser or the data is refused, naming every differing field."""
-    from shared import checkpoint
-
-    data = stored.to_dict()
+def _given_values(args: argparse.Namespace, given: set[str]):
+    """``(section.field, value)`` of every config flag given explicitly."""
     for flag, (section, name, _, _) in FLAGS.items():
         if f"{section}.{name}" in given:
-            value = getattr(args, _dest(flag))
-            data[section][name] = list(value) if isinstance(value, tuple) else value
-    config = Config.from_dict(data)
-    checkpoint.refuse_config_changes(stored, config, what=f"the run in {args.resume}")
-    return config
-
-
-def _resume_state(resume, impl, config: Config, dataset):
-    """Check the checkpoint against the data, then write what resuming changes; the state in
-    ``impl``, where the run stands and the records before it."""
-    from shared import checkpoint
-
-    records = resume.check(config, dataset)
-    state = checkpoint.implementation_state(impl, resume.checkpoint.state, config)
-    for step, reason in resume.damaged:
-        aside = resume.directory / checkpoint.DAMAGED_DIR
-        print(
-            f"cvae: warning: checkpoint {step} is damaged ({reason}); moved to {aside}",
-            file=sys.stderr,
-        )
-    resume.prepare(records, config, impl.name)
-    position = resume.checkpoint.progress.position
-    by = "" if impl.name == resume.checkpoint.impl else f" (written by {resume.checkpoint.impl})"
-    print(
-        f"{impl.name}: resuming {resume.directory} at step {position.step} (epoch "
-        f"{position.epoch + 1}, batch {position.batch}){by}"
-    )
-    if position.epoch >= config.train.epochs:
-        print(f"  nothing left to train in {config.train.epochs} epochs (--epochs extends the run)")
-    return state, resume.checkpoint.progress, records
-
-
-def _report_stop(out: Path, impl, result) -> int:
-    position = result.progress.position
-    print(
-        f"cvae: {impl.name} stopped at step {position.step} (epoch {position.epoch + 1}, batch "
-        f"{position.batch}), checkpoint written; go on with: cvae train --resume {out}",
-        file=sys.stderr,
-    )
-    return 130
+            yield f"{section}.{name}", getattr(args, _dest(flag))
 
 
 def _add_out_file(parser: argparse.ArgumentParser, text: str) -> None:
@@ -562,7 +465,7 @@ def _need_run(args: argparse.Namespace) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from shared import checkpoint
+    from cvae_rosetta.app import checkpoint
 
     out = checkpoint.check_out_file(args.out, suffixes=(".npz",), overwrite=args.overwrite)
     if args.step is not None and (not isinstance(args.step, int) or args.step < 0):
@@ -578,7 +481,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from shared import checkpoint, inference
+    from cvae_rosetta.app import checkpoint, inference
 
     n = inference.check_count(args.n)
     seed = inference.check_seed(args.seed)
@@ -592,7 +495,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_reconstruct(args: argparse.Namespace) -> int:
-    from shared import checkpoint, inference
+    from cvae_rosetta.app import checkpoint, inference
 
     n = inference.check_count(args.n)
     out = checkpoint.check_out_file(args.out, suffixes=(".png", ".npz"), overwrite=args.overwrite)
@@ -604,7 +507,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shared import export, inference
+    from cvae_rosetta.app import export, inference
 
     platforms = export.check_platforms(args.platforms)
     out = export.check_out_dir(args.out, overwrite=args.overwrite)
@@ -613,7 +516,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     names = " ".join(f"{e['file']}" for e in manifest["functions"].values())
     print(
         f"wrote {out}/: {export.MANIFEST} {names} (and .mlir), batch dimension symbolic, for "
-        f"{', '.join(platforms)}; load with shared.serving.load({str(out)!r})"
+        f"{', '.join(platforms)}; load with cvae_rosetta.app.serving.load({str(out)!r})"
     )
     return 0
 
@@ -661,7 +564,7 @@ def _add_model_commands(sub: Any) -> None:
 
 
 def _add_bench_command(sub: Any) -> None:
-    from shared import bench
+    from cvae_rosetta.bench import harness as bench
 
     text = "measure every implementation's step: compile, step time, overhead, FLOPs, scaling"
     p = sub.add_parser("bench", help=text, description=f"{text} (docs/performance.md)")
@@ -702,7 +605,7 @@ def _joined(values: Sequence[Any]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from shared import bench
+    from cvae_rosetta.bench import harness as bench
 
     settings = bench.settings_from_flags(
         quick=args.quick,
@@ -740,7 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except CvaeError as err:
-        print(f"cvae: error: {err}", file=sys.stderr)
+        print(f"cvae: error: {in_flags(str(err))}", file=sys.stderr)
         return 2
     except OSError as err:  # a disk that fills up or turns read-only while a run writes
         where = err.filename or "an output file"

@@ -3,15 +3,15 @@
 Copy this file into a package of yours, replace every ``raise NotImplementedError(...)`` with your
 framework's code, and point the conformance suite at it::
 
-    pytest --pyargs conformance --impl mypackage.my_impl:implementation
+    pytest --pyargs cvae_rosetta.conformance --impl mypackage.my_impl:implementation
 
 The file has the sections every implementation in ``impls/`` has, in the same order, between
 ``# --8<-- [start:NAME]`` and ``# --8<-- [end:NAME]`` lines: module, init, forward, loss,
-train_step, fast_path, adapter. What you write is the framework code of the first three (the model,
-its parameters, its forward pass). The rest is written for you on top of them with the project's
-shared code (``shared/``): the loss, the optimiser, the train state, and the ``Adapter`` that turns
-your functions into the protocol the suite and ``cvae train`` use. It validates every input and
-draws the step noise, so your functions never see a bad batch or a key.
+train_step, fast_path, paths, adapter. What you write is the framework code of the first three (the
+model, its parameters, its forward pass). The rest is written for you on top of them with the
+project's shared code (``shared/``): the loss, the optimiser, the train state, and the ``Adapter``
+that turns your functions into the protocol the suite and ``cvae train`` use. It validates every
+input and draws the step noise, so your functions never see a bad batch or a key.
 
 The contract is the spec (``docs/spec.md``); the sections below quote what they need of it.
 ``impls/pure_jax.py`` is a complete example of every section.
@@ -25,13 +25,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp  # noqa: F401  (for the code you write below)
 
-from shared.canonical import Canonical, layer_sizes  # noqa: F401  (layer_sizes: for init_params)
-from shared.config import Config, ModelConfig
-from shared.losses import Metrics, cvae_loss
-from shared.model import condition, reparameterize, split_moments  # noqa: F401  (for forward)
-from shared.protocol import Adapter
-from shared.state import TrainState
-from shared.validation import Batch
+from cvae_rosetta.spec.canonical import Canonical, layer_sizes  # noqa: F401  (layer_sizes: for init_params)
+from cvae_rosetta.spec.config import Config, ModelConfig
+from cvae_rosetta.spec.losses import Metrics, cvae_loss
+from cvae_rosetta.spec.model import condition, reparameterize, split_moments  # noqa: F401  (for forward)
+from cvae_rosetta.spec.protocol import Adapter
+from cvae_rosetta.spec.state import TrainState
+from cvae_rosetta.spec.validation import Batch
 
 # Your framework's parameters: whatever pytree of float32 arrays it keeps them in (a variable dict,
 # a Haiku params dict, the array leaves of a module...). The code below never looks inside.
@@ -48,8 +48,8 @@ def build_model(model: ModelConfig) -> Any:
     followed by a ReLU, then a latent layer to ``2 * model.latent_dim`` (no ReLU). The decoder is
     ``len(model.decoder_dims)`` dense layers with a ReLU each, then an output layer to
     ``model.input_dim`` (no ReLU). Both halves see the label as a one-hot vector concatenated to
-    their input (``shared.model.condition``); ``shared.canonical.layer_sizes(model)`` lists every
-    layer's ``(fan_in, fan_out)``.
+    their input (``cvae_rosetta.spec.model.condition``);
+    ``cvae_rosetta.spec.canonical.layer_sizes(model)`` lists every layer's ``(fan_in, fan_out)``.
 
     Mixed precision: ``model.compute_dtype`` is ``"float32"`` or ``"bfloat16"``. Keep parameters in
     float32 and compute activations and matmuls in the compute dtype (Flax: ``dtype=`` with
@@ -102,9 +102,9 @@ def from_canonical_params(canonical: Canonical, model: ModelConfig) -> Params:
 def create_state(params: Params, config: Config) -> TrainState:
     """Step 0 and a fresh optimiser state (the shared optax chain of SPEC section 5).
 
-    ``shared.state.TrainState`` suits any pytree of parameters. A framework with its own train
-    state (Flax's ``TrainState``) may use that instead, as long as the config travels in it as
-    static pytree metadata and ``state.config`` is the run's config.
+    ``cvae_rosetta.spec.state.TrainState`` suits any pytree of parameters. A framework with its own
+    train state (Flax's ``TrainState``) may use that instead, as long as the config travels in it
+    as static pytree metadata and ``state.config`` is the run's config.
     """
     return TrainState.create(params, config)
 
@@ -118,7 +118,7 @@ def encode(params: Params, x: jax.Array, c: jax.Array, model: ModelConfig):
 
     ``x`` is ``f32[B, input_dim]``, ``c`` is ``int[B]``; both are already validated. The latent
     layer's output ``s: [B, 2 L]`` splits as ``mean = s[:, :L]``, ``logvar = s[:, L:]``
-    (``shared.model.split_moments`` does that and casts them to float32).
+    (``cvae_rosetta.spec.model.split_moments`` does that and casts them to float32).
     """
     raise NotImplementedError(
         "my_impl.encode: apply your model's encoder to (x, c) (section 'forward')"
@@ -137,9 +137,10 @@ def decode(params: Params, z: jax.Array, c: jax.Array, model: ModelConfig) -> ja
 
 
 # --8<-- [start:loss]
-# Written for you: the spec's loss (SPEC section 4, shared.losses, reduced in float32) of your
-# forward pass. ``eps`` is the step's noise, drawn by the Adapter from the caller's key. If your
-# framework runs the whole forward pass as one call (Linen's ``apply``), call that here instead.
+# Written for you: the spec's loss (SPEC section 4, cvae_rosetta.spec.losses, reduced in float32) of
+# your forward pass. ``eps`` is the step's noise, drawn by the Adapter from the caller's key. If
+# your framework runs the whole forward pass as one call (Linen's ``apply``), call that here
+# instead.
 def loss_fn(params: Params, batch: Batch, eps: jax.Array, config: Config):
     """``(loss, metrics)`` for the noise ``eps``."""
     mean, logvar = encode(params, batch.x, batch.c, config.model)
@@ -155,8 +156,8 @@ def loss_fn(params: Params, batch: Batch, eps: jax.Array, config: Config):
 # Written for you: one gradient of one batch's loss and one update (SPEC section 5). It must stay a
 # pure function of the state (jit-able, donation-safe). A framework whose model object holds its
 # parameters (Flax NNX, Equinox) differentiates with respect to their array part only.
-# It is cut in two at the gradient, so that data-parallel steps (shared/parallel.py) can average
-# each device's `compute_grads` over the devices before the one update.
+# It is cut in two at the gradient, so that data-parallel steps (shared/spec/parallel.py) can
+# average each device's `compute_grads` over the devices before the one update.
 def compute_grads(state: TrainState, batch: Batch, eps: jax.Array):
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
@@ -172,11 +173,22 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 
 
 # --8<-- [start:fast_path]
-# What your framework needs to run the step at full speed. For a pure step, that is compiling it
-# once and donating the old state so that XLA updates its buffers in place. If your framework has a
-# faster or more idiomatic path (a stateful step, a filtered jit), write it here too.
-fast_train_step = jax.jit(train_step, donate_argnums=0)
+# What your framework needs to run the step at full speed. For a pure step, nothing: the benchmark
+# compiles it as ``jax.jit(train_step, donate_argnums=0)`` and the trainer inside its epoch step
+# under ``jax.jit(..., donate_argnums=0)``, donating the old state so that XLA updates its buffers
+# in place. A framework whose idiomatic step is slower (a stateful step, a filtered jit) writes
+# the pure, donation-safe step here instead, as ``impls/flax_nnx.py`` and ``impls/equinox_impl.py``
+# do.
 # --8<-- [end:fast_path]
+
+
+# --8<-- [start:paths]
+# Other ways to run the same step, if your framework has a more idiomatic one than the fast path:
+# ``label -> make(state) -> (step, carry)``, where ``step(carry, batch, key) -> (carry, metrics)``
+# (``impls/flax_nnx.py`` has two). The conformance suite checks each against ``train_step``. With
+# none, the idiomatic step is the fast path, so there is no other path to measure.
+PATHS: dict = {}
+# --8<-- [end:paths]
 
 
 # --8<-- [start:adapter]
@@ -195,5 +207,6 @@ implementation = Adapter(
     grads_fn=compute_grads,  # optional: without it, pmap and shard_map are not applicable
     encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
     decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
+    extras={"paths": PATHS},
 )
 # --8<-- [end:adapter]

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import bench, protocol
-from shared.cli import main
+from cvae_rosetta.bench import harness as bench
+from cvae_rosetta.bench import results as bench_results
+from cvae_rosetta.cli import main
+from cvae_rosetta.spec import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -41,13 +43,13 @@ def tiny(tmp_path_factory):
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_backend_optimization_level=0",
     }
-    command = [sys.executable, "-m", "shared.cli", "bench", "--out", str(out), *TINY]
+    command = [sys.executable, "-m", "cvae_rosetta.cli", "bench", "--out", str(out), *TINY]
     proc = subprocess.run(
         command, env=env, cwd=out.parent, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"wrote {out}/" in proc.stdout
-    return out, json.loads((out / bench.RESULT_FILE).read_text())
+    return out, json.loads((out / bench_results.RESULT_FILE).read_text())
 
 
 def expected_labels() -> set[str]:
@@ -63,8 +65,8 @@ def expected_labels() -> set[str]:
 
 def test_writes_the_result_file_the_page_and_the_plots(tiny):
     out, _ = tiny
-    assert (out / bench.RESULT_FILE).is_file()
-    page = (out / bench.PAGE_FILE).read_text()
+    assert (out / bench_results.RESULT_FILE).is_file()
+    page = (out / bench_results.PAGE_FILE).read_text()
     assert page.startswith("# Performance")
     for name in bench_report().PLOTS:
         assert (out / f"bench_{name}.png").is_file(), name
@@ -74,7 +76,7 @@ def test_writes_the_result_file_the_page_and_the_plots(tiny):
 
 def test_every_implementation_and_path_is_measured(tiny):
     _, data = tiny
-    assert data["schema"] == bench.SCHEMA
+    assert data["schema"] == bench_results.SCHEMA
     assert list(data["batches"]) == ["2"]
     batch = data["batches"]["2"]
     assert {row["label"] for row in batch["paths"]} == expected_labels()
@@ -162,7 +164,7 @@ def check_derived(data: dict) -> None:
 
 
 def bench_report():
-    from shared import bench_report
+    from cvae_rosetta.bench import report as bench_report
 
     return bench_report
 
@@ -255,7 +257,7 @@ def synthetic(load: float = 0.4) -> dict:
         for m, n in (("none", 1), ("sharded", 2), ("shard_map", 2))
     ]
     return {
-        "schema": bench.SCHEMA,
+        "schema": bench_results.SCHEMA,
         "command": ["cvae", "bench"],
         "settings": bench.Settings(batch_sizes=(8, 256)).to_dict(),
         "environment": {
@@ -447,13 +449,13 @@ def test_renderer_writes_the_page_and_plots_from_a_synthetic_file(tmp_path):
 
 def test_a_loaded_machine_is_told_by_other_processes_cpu_time_first():
     data = synthetic(load=3.0)  # no CPU measurement: the load average at the start decides
-    assert bench.loaded(data)
+    assert bench_results.loaded(data)
     data["other_processes_cpu"] = {"cores": 0.01, "phases": {"batch 8": 0.0}}
-    assert not bench.loaded(data)  # measured: a high load average alone does not count
+    assert not bench_results.loaded(data)  # measured: a high load average alone does not count
     data["other_processes_cpu"] = {"cores": 0.1, "phases": {"batch 8": 0.6}}
-    assert bench.loaded(data)  # one busy phase is enough
+    assert bench_results.loaded(data)  # one busy phase is enough
     data["other_processes_cpu"] = {"cores": 0.3, "phases": {}}
-    assert bench.loaded(data)
+    assert bench_results.loaded(data)
 
 
 # --- refusals -------------------------------------------------------------------------------------

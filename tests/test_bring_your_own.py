@@ -201,7 +201,7 @@ def suite(
     target: str,
     *extra: str,
     timeout: float,
-    modules: tuple[str, ...] = ("conformance",),
+    modules: tuple[str, ...] = ("cvae_rosetta.conformance",),
 ) -> subprocess.CompletedProcess:
     return run_python(
         root,
@@ -222,7 +222,7 @@ def test_template_has_every_section_and_member():
     assert "implementation = Adapter(" in adapter
     import dataclasses
 
-    from shared.protocol import Adapter
+    from cvae_rosetta.spec.protocol import Adapter
 
     wired = {
         kw.arg
@@ -267,7 +267,7 @@ def test_the_filled_template_passes_the_suite_and_trains(tmp_path):
     # The spec checks (forward, loss, gradients, step against the float64 reference, bad input): the
     # whole suite runs on every implementation of the repository in its own tox environment; here
     # the point is that an outside package loads, runs and passes, within the unit tests' budget.
-    result = suite(tmp_path, TARGET, timeout=600, modules=("conformance.test_spec",))
+    result = suite(tmp_path, TARGET, timeout=600, modules=("cvae_rosetta.conformance.test_spec",))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     header = [line for line in output.splitlines() if line.strip().startswith(f"impl {TARGET}:")]
@@ -278,7 +278,7 @@ def test_the_filled_template_passes_the_suite_and_trains(tmp_path):
     out = tmp_path / "run"
     result = run_python(
         tmp_path,
-        *("-m", "shared.cli", "train", "--impl", TARGET, "--epochs", "1"),
+        *("-m", "cvae_rosetta.cli", "train", "--impl", TARGET, "--epochs", "1"),
         *("--no-progress", "--out", str(out)),
         timeout=300,
     )

@@ -1,5 +1,6 @@
-"""Checkpoints (``shared/checkpoint.py``): the canonical train state, saving and verifying, exact
-resume after SIGKILL and SIGINT, resuming with another framework, damaged checkpoints, refusals.
+"""Checkpoints (``shared/app/checkpoint.py``): the canonical train state, saving and verifying,
+exact resume after SIGKILL and SIGINT, resuming with another framework, damaged checkpoints,
+refusals.
 
 The runs are tiny (synthetic data, 8 steps per epoch, 4 epochs). Killing a run mid-save is made
 deterministic by the ``CVAE_CHECKPOINT_SLOW_SAVE`` hook: the N-th save sleeps just before its
@@ -23,12 +24,15 @@ import jax
 import numpy as np
 import pytest
 
-from shared import checkpoint, protocol
-from shared.cli import main
-from shared.config import Config, DataConfig, ModelConfig
-from shared.errors import CheckpointError
-from shared.trainer import Position, Progress, RunKeys
-from shared.validation import Batch
+from cvae_rosetta.app import checkpoint
+from cvae_rosetta.app.trainer import Position, Progress, RunKeys
+from cvae_rosetta.cli import main
+from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
+from cvae_rosetta.spec.errors import CheckpointError
+from cvae_rosetta.spec.validation import Batch
+
+pytestmark = pytest.mark.cross
 
 TINY = [
     *("--data", "synthetic", "--batch-size", "64", "--latent-dim", "2", "--encoder-dims", "8"),
@@ -52,7 +56,8 @@ def config() -> Config:
 @contextlib.contextmanager
 def fast_outputs():
     """cvae train without its final evaluation and pictures (tested elsewhere), to keep it quick."""
-    from shared import evaluate, images, run
+    from cvae_rosetta.app import evaluate, images
+    from cvae_rosetta.app import rundir as run
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(evaluate, "evaluate", lambda *a, **k: {})
@@ -244,7 +249,7 @@ def _start(out: Path, slow: str) -> subprocess.Popen:
     installed), every DeprecationWarning an error."""
     env = {**os.environ, checkpoint.SLOW_SAVE_ENV: slow, "JAX_PLATFORMS": "cpu"}
     command = [
-        *(sys.executable, "-W", "error::DeprecationWarning", "-m", "shared.cli", "train"),
+        *(sys.executable, "-W", "error::DeprecationWarning", "-m", "cvae_rosetta.cli", "train"),
         *("--impl", IMPL, *TINY, "--checkpoint-every", "3", "--out", str(out)),
     ]
     return subprocess.Popen(

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from shared.cli import main
+from cvae_rosetta.cli import main
 
 FAST = ["--epochs", "2", "--batch-size", "128", "--no-progress", "--latent-dim", "4"]
 
@@ -241,7 +241,7 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "cvae_rosetta.cli",
             "train",
             "--impl",
             "nope",

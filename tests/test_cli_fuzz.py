@@ -21,7 +21,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.cli import FLAGS, main
+from cvae_rosetta.cli import FLAGS, main
 
 # synthetic: 8x8 pixels, 10 classes; a small model unless the drawn flags say otherwise (the last
 # value of a flag wins)

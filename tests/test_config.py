@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.config import Config, DataConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
-from shared.errors import ConfigError
+from cvae_rosetta.spec.config import (
+    Config,
+    DataConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+)
+from cvae_rosetta.spec.errors import ConfigError
 
 
 def test_defaults_are_the_specs():

@@ -1,4 +1,4 @@
-"""Tests of ``shared.data``: loaders, file parsing, checks and batching."""
+"""Tests of ``cvae_rosetta.app.data``: loaders, file parsing, checks and batching."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from shared import data
-from shared.config import DataConfig
-from shared.errors import ConfigError, DataError, InputError
+from cvae_rosetta.app import data
+from cvae_rosetta.spec.config import DataConfig
+from cvae_rosetta.spec.errors import ConfigError, DataError, InputError
 
 ROWS, COLS = 5, 4
 

@@ -12,12 +12,13 @@ import dataclasses
 import jax
 import pytest
 
-from conformance.common import CONFIG, make_batch
-from impls import pure_jax
-from shared import distributed, parallel
-from shared.cli import main
-from shared.config import Config, DataConfig, TrainConfig
-from shared.errors import ConfigError
+from cvae_rosetta.app import distributed
+from cvae_rosetta.cli import main
+from cvae_rosetta.conformance.common import CONFIG, make_batch
+from cvae_rosetta.impls import pure_jax
+from cvae_rosetta.spec import parallel
+from cvae_rosetta.spec.config import Config, DataConfig, TrainConfig
+from cvae_rosetta.spec.errors import ConfigError
 
 TINY = ["--epochs", "1", "--batch-size", "64", "--no-progress", "--data", "synthetic"]
 
@@ -109,7 +110,7 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
                 "--process-id",
                 "0",
             ],
-            "train.data_parallel: expected one of sharded, shard_map with --distributed",
+            "train.data_parallel: expected one of sharded, shard_map with a distributed run",
         ),
         (
             [

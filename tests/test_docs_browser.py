@@ -21,6 +21,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+pytestmark = pytest.mark.docs
+
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(os.environ.get("CVAE_DOCS_SITE") or ROOT / "site")
 SHOTS = Path(os.environ.get("CVAE_DOCS_SCREENSHOTS") or ROOT / "site-screenshots")

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.environment
+
 FRAMEWORKS = {"jax": "jax", "flax": "flax", "haiku": "haiku", "equinox": "equinox"}
 
 
@@ -32,7 +34,7 @@ def test_only_the_environments_frameworks_are_importable(framework):
 
 
 def test_the_loader_reports_the_same():
-    from shared.protocol import BUILTIN, known
+    from cvae_rosetta.spec.protocol import BUILTIN, known
 
     frameworks = expected()
     for info in known():

@@ -1,4 +1,5 @@
-"""``cvae convert``, ``cvae sample``, ``cvae reconstruct``, ``cvae export`` and ``shared.serving``.
+"""``cvae convert``, ``cvae sample``, ``cvae reconstruct``, ``cvae export`` and
+``cvae_rosetta.app.serving``.
 
 One tiny pure-JAX run serves every test. The exported model is loaded in a subprocess where Flax,
 Haiku, Equinox, Optax and Orbax cannot be imported, and must give exactly what the compiled
@@ -20,8 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shared import checkpoint, inference, protocol, run
-from shared.cli import main
+from cvae_rosetta.app import checkpoint, inference
+from cvae_rosetta.app import rundir as run
+from cvae_rosetta.cli import main
+from cvae_rosetta.spec import protocol
 
 TINY = [
     *("--data", "synthetic", "--batch-size", "64", "--latent-dim", "2", "--encoder-dims", "8"),
@@ -32,7 +35,7 @@ BLOCKED = ("flax", "haiku", "equinox", "optax", "orbax", "chex", "jmp", "tensors
 
 @contextlib.contextmanager
 def fast_outputs():
-    from shared import evaluate, images
+    from cvae_rosetta.app import evaluate, images
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(evaluate, "evaluate", lambda *a, **k: {})
@@ -185,7 +188,7 @@ import sys
 for name in {blocked!r}:
     sys.modules[name] = None  # importing any of them now fails
 import numpy as np
-from shared import serving
+from cvae_rosetta.app import serving
 
 model = serving.load(sys.argv[1])
 x, c = np.load(sys.argv[2])["x"], np.load(sys.argv[2])["c"]
@@ -260,8 +263,8 @@ def test_served_model_needs_only_jax_and_reproduces_the_run(trained, exported, t
 
 @needs_flatbuffers
 def test_served_model_refuses_bad_input(exported):
-    from shared import serving
-    from shared.errors import InputError
+    from cvae_rosetta.app import serving
+    from cvae_rosetta.spec.errors import InputError
 
     model = serving.load(exported)
     with pytest.raises(InputError, match=r"labels: expected labels in \[0, 10\)"):
@@ -286,8 +289,8 @@ def test_export_refuses_to_overwrite_and_detects_tampering(trained, exported, tm
     assert cli("export", "--run", str(trained), "--out", fresh, "--platforms", "gpu") == 2
     assert "--platforms: expected" in one_line_error(capsys)
 
-    from shared import serving
-    from shared.errors import OutputError
+    from cvae_rosetta.app import serving
+    from cvae_rosetta.spec.errors import OutputError
 
     copy = tmp_path / "copy"
     shutil.copytree(exported, copy)

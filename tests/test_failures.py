@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import checkpoint
-from shared.cli import main
+from cvae_rosetta.app import checkpoint
+from cvae_rosetta.cli import main
 
 RUN = ["--epochs", "1", "--batch-size", "64", "--latent-dim", "2", "--no-progress"]
 RUN += ["--data", "synthetic", "--iw-samples", "2"]
@@ -26,7 +26,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from impls import pure_jax
+from cvae_rosetta.impls import pure_jax
 
 
 def _poison(state, value, at):
@@ -137,7 +137,7 @@ def test_debug_nans_is_refused_with_data_parallelism_before_anything_is_written(
 def test_a_disk_that_fails_at_save_time_keeps_every_earlier_output(
     tmp_path, monkeypatch, capsys, failure, text
 ):
-    from shared import run
+    from cvae_rosetta.app import rundir as run
 
     real = run.write_json
 
@@ -162,7 +162,7 @@ def test_a_disk_that_fails_at_save_time_keeps_every_earlier_output(
 
 
 def test_an_interrupted_write_leaves_the_previous_file_whole(tmp_path):
-    from shared import run
+    from cvae_rosetta.app import rundir as run
 
     path = tmp_path / "summary.json"
     run.write_json(path, {"loss": 1.0})

@@ -11,10 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from conformance.common import CONFIG, make_batch, reference_params
-from shared import model as shared_model
+from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
+from cvae_rosetta.spec import model as shared_model
 
-nnx_impl = pytest.importorskip("impls.flax_nnx", reason="Flax is not installed here")
+pytestmark = pytest.mark.needs_flax
+
+nnx_impl = pytest.importorskip("cvae_rosetta.impls.flax_nnx", reason="Flax is not installed here")
 
 
 @pytest.mark.parametrize("label", ["nnx.jit in place", "nnx.cached_partial"])
@@ -24,7 +26,7 @@ def test_nnx_in_place_step_equals_the_functional_fast_path(label):
 
     impl = nnx_impl.implementation
     params = reference_params(jax.random.key(0))
-    make = impl.extras["benchmark_paths"][label]
+    make = impl.extras["paths"][label]
     step, objects = make(impl.from_canonical(params, CONFIG))
     functional = jax.jit(impl.train_step)
     state = impl.from_canonical(params, CONFIG)

@@ -13,12 +13,14 @@ import jax
 import numpy as np
 import pytest
 
-from conformance.common import CONFIG, make_batch, reference_params
-from shared import model as shared_model
-from shared.optim import make_optimizer
+from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
+from cvae_rosetta.spec import model as shared_model
+from cvae_rosetta.spec.optim import make_optimizer
+
+pytestmark = pytest.mark.needs_equinox
 
 eqx = pytest.importorskip("equinox", reason="Equinox is not installed here")
-eqx_impl = pytest.importorskip("impls.equinox_impl")
+eqx_impl = pytest.importorskip("cvae_rosetta.impls.equinox_impl")
 
 
 def test_filter_jit_step_equals_the_fast_path_after_three_steps():
@@ -47,9 +49,7 @@ def test_benchmark_path_is_the_filter_jit_step():
     """The extra path the benchmark times runs ``make_step`` from the protocol's arguments."""
     impl = eqx_impl.implementation
     params = reference_params(jax.random.key(3))
-    step, carry = impl.extras["benchmark_paths"]["eqx.filter_jit"](
-        impl.from_canonical(params, CONFIG)
-    )
+    step, carry = impl.extras["paths"]["eqx.filter_jit"](impl.from_canonical(params, CONFIG))
     state = impl.from_canonical(params, CONFIG)
     batch, key = make_batch(jax.random.key(4)), jax.random.key(5)
     (model, _), metrics = step(carry, batch, key)
@@ -78,7 +78,7 @@ def test_the_module_maps_one_example_and_vmap_batches_it():
 
 
 def test_states_of_equal_configs_share_one_static_structure():
-    from shared.config import Config
+    from cvae_rosetta.spec.config import Config
 
     impl = eqx_impl.implementation
     params = reference_params(jax.random.key(6))

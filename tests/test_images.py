@@ -1,4 +1,4 @@
-"""Tests of shared.images: every writer makes a PNG of the documented size and content."""
+"""Tests of cvae_rosetta.app.images: every writer makes a PNG of the documented size and content."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shared import images
-from shared.errors import InputError
-from shared.images import (
+from cvae_rosetta.app import images
+from cvae_rosetta.app.images import (
     BACKGROUND,
     CAPTION_HEIGHT,
     COMBINE_PAD,
@@ -24,6 +23,7 @@ from shared.images import (
     PANEL_SIZE,
     TITLE_HEIGHT,
 )
+from cvae_rosetta.spec.errors import InputError
 
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)

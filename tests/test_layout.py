@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "adapter"]
+SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
 IMPLS = Path(__file__).resolve().parent.parent / "impls"
 FILES = sorted(p for p in IMPLS.glob("*.py") if p.name != "__init__.py")
 MARKER = re.compile(r"^# --8<-- \[(start|end):(\w+)\]$", re.MULTILINE)

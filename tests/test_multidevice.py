@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.multidevice
+
 # 11 steps of 128 digits; a smaller model keeps the compiles short
 RUN = ["--impl", "pure_jax", "--epochs", "1", "--batch-size", "128", "--latent-dim", "4"]
 RUN += ["--no-progress", "--iw-samples", "2"]
@@ -30,7 +32,7 @@ RTOL, ATOL = 1e-4, 1e-5
 def cvae(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """``cvae ARGS`` in its own process group, killed with all its children on a timeout."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", *args],
+        [sys.executable, "-m", "cvae_rosetta.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from shared.cli import main
+from cvae_rosetta.cli import main
 
 SMALL = [
     *("--impl", "pure_jax", "--data", "synthetic", "--epochs", "2", "--batch-size", "32"),

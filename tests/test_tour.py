@@ -19,6 +19,8 @@ for framework in ("flax", "haiku", "equinox"):
 
 import jax.numpy as jnp  # noqa: E402
 
+pytestmark = pytest.mark.docs
+
 TOUR = Path(__file__).resolve().parent.parent / "examples" / "tour"
 # Not ``impl``: the conformance plugin parametrises any test that asks for a fixture of that name.
 IMPLEMENTATIONS = ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox"]

@@ -7,10 +7,10 @@ each; ``no_shrink``: no hypothesis shrinking), ``test_meta.py`` asserts that eve
 implementation fails and the reference passes, and ``report`` writes the table of which checks
 catch which bug (``docs/meta_tests.md``).
 
-These tests are not collected by ``pytest --pyargs conformance`` (the plugin ignores this folder
-unless a path inside it is given); run them explicitly::
+These tests are not collected by ``pytest --pyargs cvae_rosetta.conformance`` (the plugin ignores
+this folder unless it, or a path or module inside it, is named); run them explicitly::
 
-    CVAE_META_FAST=1 pytest conformance/meta_tests    # what tox -e meta runs
-    pytest conformance/meta_tests
-    python -m conformance.meta_tests.report --out docs/meta_tests.md
+    CVAE_META_FAST=1 pytest --pyargs cvae_rosetta.conformance.meta_tests    # what tox -e meta runs
+    pytest --pyargs cvae_rosetta.conformance.meta_tests
+    python -m cvae_rosetta.conformance.meta_tests.report --out docs/meta_tests.md
 """

@@ -1,9 +1,12 @@
-"""Deliberately broken implementations: the reference with one plausible porting bug each.
+r"""Deliberately broken implementations: the reference with one plausible porting bug each.
 
-Every one reuses ``impls/pure_jax.py``'s functions and :class:`shared.protocol.Adapter` and changes
-one thing. Each is a module attribute, so the suite can be pointed at it::
+Every one reuses the reference (``pure_jax``, loaded by name like any implementation: the suite
+imports nothing of ``cvae_rosetta.impls``), its adapter's functions and
+:class:`cvae_rosetta.spec.protocol.Adapter`, and changes one thing. Each is a module attribute, so
+the suite can be pointed at it::
 
-    pytest --pyargs conformance --impl conformance.meta_tests.broken:kl_missing_half
+    pytest --pyargs cvae_rosetta.conformance \
+        --impl cvae_rosetta.conformance.meta_tests.broken:kl_missing_half
 
 ``BUGS`` maps each name to the one-line docstring saying which real-world mistake it models, in
 definition order; ``conformance/meta_tests/test_meta.py`` runs the suite on every entry and asserts
@@ -21,17 +24,23 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from impls import pure_jax
-from shared.canonical import layer_sizes
-from shared.config import Config, LossConfig, OptimConfig
-from shared.losses import bernoulli_recon, kl_terms
-from shared.model import condition, noise, reparameterize, split_moments
-from shared.optim import make_optimizer
-from shared.protocol import Adapter
-from shared.state import TrainState
-from shared.validation import Batch, check_batch, check_features, check_labels, check_latent
+from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec.canonical import layer_sizes
+from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
+from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
+from cvae_rosetta.spec.model import condition, noise, reparameterize, split_moments
+from cvae_rosetta.spec.optim import make_optimizer
+from cvae_rosetta.spec.protocol import Adapter
+from cvae_rosetta.spec.state import TrainState
+from cvae_rosetta.spec.validation import (
+    Batch,
+    check_batch,
+    check_features,
+    check_labels,
+    check_latent,
+)
 
-BASE = pure_jax.implementation
+BASE: Adapter = protocol.load("pure_jax")
 BUGS: dict[str, str] = {}  # name -> the docstring of its bug, in definition order
 
 
@@ -62,13 +71,32 @@ def _rebuild(cls: type[Adapter], **changes) -> Adapter:
     return cls(**(fields | changes))
 
 
+def _reference_params(key, config: Config):
+    """The reference's initial parameters: its state's, in canonical form (which is its own)."""
+    return BASE.to_canonical_fn(BASE.init_fn(key, config))
+
+
 # --- the pieces a bug replaces --------------------------------------------------------------------
+# The reference's forward pass over its canonical parameter tree, written again from its pieces
+# (``impls/pure_jax.py``'s ``dense``, ``mlp``, ``encode`` and ``decode``) so that a bug can swap
+# one: ``_encoder()`` and ``_decoder()`` with nothing swapped are the reference's ``encode`` and
+# ``decode``.
+
+
+def _dense(layer, h):
+    return h @ layer["kernel"].astype(h.dtype) + layer["bias"].astype(h.dtype)
+
+
+def _mlp(layers, h):
+    for layer in layers:
+        h = jax.nn.relu(_dense(layer, h))
+    return h
 
 
 def _encoder(*, cond=condition, split=split_moments):
     def encode(params, x, c, model):
         h = cond(x.astype(model.compute_dtype), c, model.num_classes)
-        s = pure_jax.dense(params["latent"], pure_jax.mlp(params["encoder"], h))
+        s = _dense(params["latent"], _mlp(params["encoder"], h))
         return split(s, model.latent_dim)
 
     return encode
@@ -77,8 +105,8 @@ def _encoder(*, cond=condition, split=split_moments):
 def _decoder(*, cond=condition, relu_output=False, output=lambda logits: logits):
     def decode(params, z, c, model):
         *hidden, out = params["decoder"]
-        h = pure_jax.mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes))
-        logits = pure_jax.dense(out, h)
+        h = _mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes))
+        logits = _dense(out, h)
         if relu_output:
             logits = jax.nn.relu(logits)
         return output(logits).astype(jnp.float32)
@@ -86,8 +114,11 @@ def _decoder(*, cond=condition, relu_output=False, output=lambda logits: logits)
     return decode
 
 
+_ENCODE, _DECODE = _encoder(), _decoder()  # the reference's
+
+
 def _objective(*, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean):
-    """``shared.losses.cvae_loss`` with one of its reductions swappable."""
+    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its reductions swappable."""
 
     def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
         if loss.kind == "bernoulli":
@@ -105,14 +136,14 @@ def _objective(*, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.m
 
 def _pipeline(
     *,
-    encode=pure_jax.encode,
-    decode=pure_jax.decode,
+    encode=_ENCODE,
+    decode=_DECODE,
     reparam=reparameterize,
     objective=None,
     **changes,
 ) -> Adapter:
     """The reference's adapter with its forward pass or loss built from other pieces."""
-    from shared.losses import cvae_loss
+    from cvae_rosetta.spec.losses import cvae_loss
 
     objective = objective or cvae_loss
 
@@ -148,7 +179,7 @@ def _state_with_optimizer(make: Callable[[OptimConfig], optax.GradientTransforma
 
 
 def _init_with(create):
-    return lambda key, config: create(pure_jax.init_params(key, config.model), config)
+    return lambda key, config: create(_reference_params(key, config), config)
 
 
 # --- the loss -------------------------------------------------------------------------------------
@@ -195,8 +226,8 @@ def logits_as_probabilities():
 def _encode_without_label(params, x, c, model):
     first, *rest = params["encoder"]
     h = x.astype(model.compute_dtype)
-    h = jax.nn.relu(pure_jax.dense({**first, "kernel": first["kernel"][: model.input_dim]}, h))
-    s = pure_jax.dense(params["latent"], pure_jax.mlp(rest, h))
+    h = jax.nn.relu(_dense({**first, "kernel": first["kernel"][: model.input_dim]}, h))
+    s = _dense(params["latent"], _mlp(rest, h))
     return split_moments(s, model.latent_dim)
 
 
@@ -247,7 +278,7 @@ def latent_kernel_transposed():
     being square (16 x 16 in the suite's model, 64 x 64 by default) hides it from shape checks."""
     return dataclasses.replace(
         BASE,
-        from_canonical_fn=lambda params, config: pure_jax.create_state(
+        from_canonical_fn=lambda params, config: BASE.from_canonical_fn(
             _transpose_latent(params), config
         ),
         to_canonical_fn=lambda state: _transpose_latent(state.params),
@@ -265,7 +296,7 @@ def biases_dropped_in_conversion():
     """``from_canonical`` copies the kernels only, so every bias keeps its zero initial value."""
     return dataclasses.replace(
         BASE,
-        from_canonical_fn=lambda params, config: pure_jax.create_state(
+        from_canonical_fn=lambda params, config: BASE.from_canonical_fn(
             _without_biases(params), config
         ),
     )
@@ -285,7 +316,7 @@ def canonical_views_of_donated_buffers():
 
 def _bf16_master(params, config: Config):
     dtype = jnp.dtype(config.model.compute_dtype)
-    return pure_jax.create_state(jax.tree.map(lambda p: p.astype(dtype), params), config)
+    return BASE.from_canonical_fn(jax.tree.map(lambda p: p.astype(dtype), params), config)
 
 
 @bug
@@ -295,18 +326,18 @@ def parameters_stored_in_compute_dtype():
     lose bits."""
     return dataclasses.replace(
         BASE,
-        init_fn=lambda key, config: _bf16_master(pure_jax.init_params(key, config.model), config),
+        init_fn=lambda key, config: _bf16_master(_reference_params(key, config), config),
         from_canonical_fn=_bf16_master,
         to_canonical_fn=lambda state: jax.tree.map(lambda p: p.astype(jnp.float32), state.params),
     )
 
 
 def _encode_f32(params, x, c, model):
-    return pure_jax.encode(params, x, c, dataclasses.replace(model, compute_dtype="float32"))
+    return _ENCODE(params, x, c, dataclasses.replace(model, compute_dtype="float32"))
 
 
 def _decode_f32(params, z, c, model):
-    return pure_jax.decode(params, z, c, dataclasses.replace(model, compute_dtype="float32"))
+    return _DECODE(params, z, c, dataclasses.replace(model, compute_dtype="float32"))
 
 
 @bug
@@ -346,7 +377,7 @@ def uniform_init():
     included) instead of the spec's LeCun normal with zero biases."""
     return dataclasses.replace(
         BASE,
-        init_fn=lambda key, config: pure_jax.create_state(
+        init_fn=lambda key, config: BASE.from_canonical_fn(
             _uniform_params(key, config.model), config
         ),
     )
@@ -356,7 +387,7 @@ def uniform_init():
 
 
 def _frozen_opt_state_step(state, batch, eps):
-    new, metrics = pure_jax.train_step(state, batch, eps)
+    new, metrics = BASE.train_step_fn(state, batch, eps)
     return new.replace(opt_state=state.opt_state), metrics
 
 
@@ -379,7 +410,7 @@ def _l2_train_step(state, batch, eps):
     decay = state.config.optim.weight_decay
 
     def objective(params):
-        loss, metrics = pure_jax.loss_fn(params, batch, eps, state.config)
+        loss, metrics = BASE.loss_fn(state.replace(params=params), batch, eps)
         l2 = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
         return loss + 0.5 * decay * l2, metrics
 
@@ -414,7 +445,7 @@ def gradient_clipping_missing():
 
 
 def _retracing_step(state, batch, eps):
-    new, metrics = pure_jax.train_step(state, batch, eps)
+    new, metrics = BASE.train_step_fn(state, batch, eps)
     # an uncached make_optimizer: a fresh transformation, unequal to the last one, every step
     return new.replace(tx=make_optimizer.__wrapped__(state.config.optim)), metrics
 

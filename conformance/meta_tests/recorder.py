@@ -1,10 +1,10 @@
 """A pytest plugin that turns one session on many implementations into one run of the suite per
 implementation (``-p`` in ``runner.command``).
 
-``pytest --pyargs conformance --impl A --impl B ...`` parametrises every check over every
-implementation named. With this plugin the session runs them as if each had had its own
-``pytest --pyargs conformance --impl NAME``, but imports JAX and compiles the suite's own eager
-operations once, not once per implementation:
+``pytest --pyargs cvae_rosetta.conformance --impl A --impl B ...`` parametrises every check over
+every implementation named. With this plugin the session runs them as if each had had its own
+``pytest --pyargs cvae_rosetta.conformance --impl NAME``, but imports JAX and compiles the suite's
+own eager operations once, not once per implementation:
 
 - the pairwise checks (of two implementations together) are left out, as in a run on one;
 - the implementations run one after the other, in the order named, except that the one named by
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.meta_tests.runner import FIRST, check_id
+from cvae_rosetta.conformance.meta_tests.runner import FIRST, check_id
 
 STOPPED = "meta tests: not run, an earlier check of this implementation failed"
 MAPS, MAX_MAP_COUNT = Path("/proc/self/maps"), Path("/proc/sys/vm/max_map_count")
@@ -135,8 +135,8 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def _target_ids(targets: list[str]) -> dict[int, str]:
     """``id(implementation) -> name``: ``load`` returns the very objects the conformance plugin
     parametrises with (module attributes)."""
-    from shared.errors import CvaeError
-    from shared.protocol import load
+    from cvae_rosetta.spec.errors import CvaeError
+    from cvae_rosetta.spec.protocol import load
 
     found = {}
     for target in targets:

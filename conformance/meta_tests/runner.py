@@ -1,14 +1,14 @@
 """Run the conformance suite on implementations in a subprocess and read what each check did.
 
-A run is the command a user types (``pytest --pyargs conformance --impl TARGET``, the suite's
-modules named one by one, pairwise checks left out), in a fresh interpreter so that nothing of
-the meta tests' own process leaks into it. One such session runs the suite on many targets at
-once (``--impl A --impl B ...``): the :mod:`~conformance.meta_tests.recorder` plugin runs them one
-after the other, each one's checks as a run of its own would (and, with ``first_failure``, stops
-each at its first failing check, like ``-x``), and records every check's outcome per target, which
-this module reads back into one :class:`SuiteRun` per target. One session instead of one per
-target imports JAX once and compiles the suite's own eager operations once, not once per target:
-most of what a run stopped at its first failing check used to cost.
+A run is the command a user types (``pytest --pyargs cvae_rosetta.conformance --impl TARGET``, the
+suite's modules named one by one, pairwise checks left out), in a fresh interpreter so that nothing
+of the meta tests' own process leaks into it. One such session runs the suite on many targets at
+once (``--impl A --impl B ...``): the :mod:`~cvae_rosetta.conformance.meta_tests.recorder` plugin
+runs them one after the other, each one's checks as a run of its own would (and, with
+``first_failure``, stops each at its first failing check, like ``-x``), and records every check's
+outcome per target, which this module reads back into one :class:`SuiteRun` per target. One session
+instead of one per target imports JAX once and compiles the suite's own eager operations once, not
+once per target: most of what a run stopped at its first failing check used to cost.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import conformance
+import cvae_rosetta.conformance as conformance
 
 # Per target of a session (a session's bound is this times its number of targets); the whole suite
 # takes one to two minutes on two shared CPU cores.
@@ -102,8 +102,9 @@ class SuiteRun:
 
 
 def check_id(classname: str, name: str, target: str | None) -> str:
-    """``conformance.test_spec`` + ``test_x[TARGET-mse-1.0]`` -> ``test_spec::test_x[mse-1.0]``
-    (``target`` None: a check that takes no implementation, parameters kept as they are)."""
+    """``cvae_rosetta.conformance.test_spec`` + ``test_x[TARGET-mse-1.0]`` ->
+    ``test_spec::test_x[mse-1.0]`` (``target`` None: a check that takes no implementation,
+    parameters kept as they are)."""
     module = classname.rpartition(".")[2]
     base, bracket, params = name.partition("[")
     if bracket:
@@ -116,20 +117,20 @@ def check_id(classname: str, name: str, target: str | None) -> str:
 
 
 def label_of(target: str) -> str:
-    """``conformance.meta_tests.broken:kl_missing_half`` -> ``kl_missing_half``."""
+    """``cvae_rosetta.conformance.meta_tests.broken:kl_missing_half`` -> ``kl_missing_half``."""
     return target.rpartition(":")[2]
 
 
 # The suite's modules, in the order a session collects them (any other found is collected after
 # these, see ``modules``).
 ORDERED = (
-    "conformance.test_spec",
-    "conformance.test_meta_gaps",
-    "conformance.test_paths",
-    "conformance.test_variants",
-    "conformance.test_precision",
-    "conformance.test_parallel",
-    "conformance.test_properties",
+    "cvae_rosetta.conformance.test_spec",
+    "cvae_rosetta.conformance.test_meta_gaps",
+    "cvae_rosetta.conformance.test_paths",
+    "cvae_rosetta.conformance.test_variants",
+    "cvae_rosetta.conformance.test_precision",
+    "cvae_rosetta.conformance.test_parallel",
+    "cvae_rosetta.conformance.test_properties",
 )
 
 
@@ -185,9 +186,9 @@ def command(
         "-p",
         "no:cacheprovider",
         "-p",
-        "conformance.meta_tests.no_shrink",
+        "cvae_rosetta.conformance.meta_tests.no_shrink",
         "-p",
-        "conformance.meta_tests.recorder",
+        "cvae_rosetta.conformance.meta_tests.recorder",
         f"--meta-record={record}",
         *(["--meta-first-failure"] if first_failure else []),
         *([f"--meta-reference={reference}"] if reference else []),

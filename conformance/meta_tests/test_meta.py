@@ -1,19 +1,20 @@
-"""The suite tests itself: it must fail on every broken implementation and pass on the reference.
+r"""The suite tests itself: it must fail on every broken implementation and pass on the reference.
 
-The per-implementation suite (``pytest --pyargs conformance --impl TARGET``, pairwise checks left
-out) runs on the reference and on every broken implementation, all in one pytest session in a
-subprocess (see ``runner`` and the ``recorder`` plugin: one run per target, one after the other,
-the reference last). The reference must pass every check. A broken implementation counts as
+The per-implementation suite (``pytest --pyargs cvae_rosetta.conformance --impl TARGET``, pairwise
+checks left out) runs on the reference and on every broken implementation, all in one pytest session
+in a subprocess (see ``runner`` and the ``recorder`` plugin: one run per target, one after the
+other, the reference last). The reference must pass every check. A broken implementation counts as
 caught only if its run went to its end (nothing left uncollected or unreported, no collection or
 usage error) and a check failed *while running* (the test's own assertions on the spec, or the
-implementation raising, not an error while setting up) that passed on the reference under the
-same harness: a suite that crashes, or a harness that fails everything, proves nothing.
+implementation raising, not an error while setting up) that passed on the reference under the same
+harness: a suite that crashes, or a harness that fails everything, proves nothing.
 
-Not collected by ``pytest --pyargs conformance``; run it explicitly::
+Not collected by ``pytest --pyargs cvae_rosetta.conformance``; run it explicitly::
 
-    pytest conformance/meta_tests     # about 27 minutes on two shared CPU cores
-    CVAE_META_RESULTS=build/meta pytest conformance/meta_tests
-    python -m conformance.meta_tests.report --results build/meta --out docs/meta_tests.md
+    pytest --pyargs cvae_rosetta.conformance.meta_tests  # about 27 minutes on two CPU cores
+    CVAE_META_RESULTS=build/meta pytest --pyargs cvae_rosetta.conformance.meta_tests
+    python -m cvae_rosetta.conformance.meta_tests.report --results build/meta \
+        --out docs/meta_tests.md
 
 ``CVAE_META_FAST=1`` stops each broken implementation's run at its first failing check (what
 tox's ``meta`` environment does, to stay within the CI budget), with the checks of
@@ -32,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.meta_tests import broken
-from conformance.meta_tests.runner import SuiteRun, check_id, label_of, run_suites
+from cvae_rosetta.conformance.meta_tests import broken
+from cvae_rosetta.conformance.meta_tests.runner import SuiteRun, check_id, label_of, run_suites
 
 REFERENCE = "pure_jax"
 # CVAE_META_FAST=1 (the `meta` tox environment): each broken implementation's run stops at its first
@@ -102,14 +103,40 @@ def test_every_broken_implementation_says_what_it_models():
         assert impl.bug == broken.BUGS[name] and impl.bug.endswith("."), name
 
 
+def test_the_pieces_unchanged_are_the_reference():
+    """``broken``'s forward pass and loss with nothing swapped compute what the reference does,
+    bit for bit, so each broken implementation differs from the reference by its bug alone."""
+    import jax
+    import numpy as np
+
+    from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
+
+    same = broken._pipeline()
+    params = reference_params(jax.random.key(0))
+    batch, key = make_batch(jax.random.key(1)), jax.random.key(2)
+    outputs = []
+    for impl in (broken.BASE, same):
+        state = impl.from_canonical(params, CONFIG)
+        mean, logvar = impl.encode(state, batch.x, batch.c)
+        logits = impl.decode(state, mean, batch.c)
+        _, metrics = impl.loss(state, batch, key)
+        new, _ = impl.train_step(state, batch, key)
+        outputs.append((mean, logvar, logits, metrics, impl.to_canonical(new)))
+    for a, b in zip(*(jax.tree.leaves(o) for o in outputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_check_ids_leave_out_the_implementation():
     target = f"{broken.__name__}:kl_missing_half"
-    assert check_id("conformance.test_spec", f"test_a[{target}]", target) == "test_spec::test_a"
     assert (
-        check_id("conformance.test_spec", f"test_b[{target}-mse-1.0]", target)
+        check_id("cvae_rosetta.conformance.test_spec", f"test_a[{target}]", target)
+        == "test_spec::test_a"
+    )
+    assert (
+        check_id("cvae_rosetta.conformance.test_spec", f"test_b[{target}-mse-1.0]", target)
         == "test_spec::test_b[mse-1.0]"
     )
-    assert check_id("conformance.test_x", "test_c[small-pure_jax]", "pure_jax") == (
+    assert check_id("cvae_rosetta.conformance.test_x", "test_c[small-pure_jax]", "pure_jax") == (
         "test_x::test_c[small]"
     )
 
@@ -118,8 +145,8 @@ def test_runs_cover_every_module_of_the_suite():
     """The modules a session names leave no per-implementation module out, and name each once."""
     import pkgutil
 
-    import conformance
-    from conformance.meta_tests.runner import modules
+    import cvae_rosetta.conformance as conformance
+    from cvae_rosetta.conformance.meta_tests.runner import modules
 
     found = {m.name for m in pkgutil.iter_modules(conformance.__path__) if m.name[:5] == "test_"}
     named = [name.rpartition(".")[2] for name in modules()]
@@ -128,7 +155,7 @@ def test_runs_cover_every_module_of_the_suite():
 
 def test_the_checks_run_first_are_checks_of_the_suite():
     """A renamed check in ``runner.FIRST`` would silently fall back to the suite's order."""
-    from conformance.meta_tests.runner import FIRST, modules
+    from cvae_rosetta.conformance.meta_tests.runner import FIRST, modules
 
     assert len(set(FIRST)) == len(FIRST)
     for check in FIRST:
@@ -157,7 +184,7 @@ def _record(*checks, exitstatus=1, independent=()):
 
 
 def test_a_session_record_reads_back_as_one_run_per_target():
-    from conformance.meta_tests.runner import runs_from_record
+    from cvae_rosetta.conformance.meta_tests.runner import runs_from_record
 
     events = _record(
         ("a", "m::t1", "passed"),
@@ -177,7 +204,7 @@ def test_a_session_record_reads_back_as_one_run_per_target():
 
 
 def test_a_session_that_did_not_end_keeps_only_the_runs_it_finished():
-    from conformance.meta_tests.runner import runs_from_record
+    from cvae_rosetta.conformance.meta_tests.runner import runs_from_record
 
     # a reported its first check only when the session ended; b, all of its checks
     events = _record(("a", "m::t1", "passed"), ("b", "m::t1", "failed", "call"), exitstatus=None)
@@ -201,7 +228,7 @@ def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeyp
 
     import jax
 
-    from conformance.meta_tests import recorder
+    from cvae_rosetta.conformance.meta_tests import recorder
 
     cleared, events = [], []
     monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(1))

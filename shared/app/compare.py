@@ -10,13 +10,14 @@ reference.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared import canonical, evaluate, images, protocol
-from shared.config import Config
-from shared.data import Dataset
-from shared.run import (
+from cvae_rosetta import files
+from cvae_rosetta.app import evaluate, images
+from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app.rundir import (
     MetricsLog,
     curves_of,
     save_config,
@@ -25,7 +26,10 @@ from shared.run import (
     write_json,
     write_pictures,
 )
-from shared.trainer import RunKeys, train
+from cvae_rosetta.app.trainer import RunKeys, train
+from cvae_rosetta.spec import canonical, protocol
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError
 
 REFERENCE = "pure_jax"
 
@@ -55,6 +59,38 @@ class Outcome:
 
 def installed_names() -> list[str]:
     return [info.name for info in protocol.known() if info.installed]
+
+
+def compare(
+    config: Config,
+    workdir: str | Path,
+    names: Sequence[str] | None = None,
+    *,
+    given: Collection[str] = (),
+    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> tuple[list[dict[str, Any]], Dataset, Path]:
+    """A whole ``cvae compare``: every implementation in ``names`` (default: every installed one)
+    trained from the same start into ``workdir``; the rows of the table, the data set, the path.
+
+    Everything (the names, the reference, the data, ``workdir``) is checked before anything is
+    written; ``given`` as in :func:`cvae_rosetta.app.train.fit_to_data`.
+    """
+    from cvae_rosetta.app import rundir, train
+
+    evaluate.check_iw_samples(iw_samples)
+    names = list(installed_names() if names is None else names)
+    if not names:
+        raise ConfigError("impls: expected at least one implementation name, got none")
+    for name in [*names, REFERENCE]:
+        protocol.load(name)
+    train.start_devices(config)
+    config, dataset = train.fit_to_data(config, given)
+    out = rundir.check_out_dir(workdir, overwrite=overwrite)
+    rundir.make_out_dir(out, overwrite=overwrite)
+    rows = run(names, config, dataset, out, progress=progress, iw_samples=iw_samples)
+    return rows, dataset, out
 
 
 def run(
@@ -139,7 +175,7 @@ def run(
         out / "samples.png",
     )
     write_json(out / "summary.json", {"rows": rows, "reference": base.name})
-    (out / "summary.md").write_text(markdown_table(rows) + "\n")
+    files.write_text(out / "summary.md", markdown_table(rows) + "\n")
     return rows
 
 

@@ -1,9 +1,10 @@
 """Pictures as PNG files: sample and reconstruction grids, loss curves, side-by-side figures.
 
 Every function takes plain numpy arrays or Python numbers (convert jax arrays with ``np.asarray``
-first), writes one PNG and returns its path. Writes are atomic: the picture goes to a temporary file
-in the target's directory, which is then renamed over the target with ``os.replace``, so an
-interrupted write leaves either the old file or the new one, never half of one. Missing parent
+first), writes one PNG and returns its path. Writes are atomic
+(:func:`cvae_rosetta.files.atomic_write`): the picture goes to a temporary file in the target's
+directory, which is then renamed over the target with ``os.replace``, so an interrupted write leaves
+either the old file or the new one, never half of one, with the umask's permissions. Missing parent
 directories are created.
 
 Grids are drawn with Pillow as RGB PNGs. Pixel values are floats (any floating dtype, bfloat16
@@ -28,8 +29,8 @@ Curves are drawn with matplotlib through ``matplotlib.figure.Figure`` and the Ag
 never through ``pyplot``, so a caller's pyplot state and backend are left alone. matplotlib is
 imported only when a curve is drawn.
 
-Bad input raises :class:`~shared.errors.InputError` (a ``ValueError``) naming the argument, what was
-expected and what was given.
+Bad input raises :class:`~cvae_rosetta.spec.errors.InputError` (a ``ValueError``) naming the
+argument, what was expected and what was given.
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ from __future__ import annotations
 import math
 import os
 import re
-import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 
-from shared.errors import InputError, field_error
+from cvae_rosetta import files
+from cvae_rosetta.spec.errors import InputError, field_error
 
 GAP = 2
 """Pixels between neighbouring grid cells and around the cell block."""
@@ -90,27 +91,8 @@ _KIND_PREFIX = re.compile(r"^(?:train|test)(?:ing)?[\s_/:.\-]*", re.IGNORECASE)
 # -- writing -------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write`` on a temporary file next to ``path``, then rename it over ``path``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with mode 0o666 honours the umask, unlike tempfile's private 0o600.
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return target
-
-
 def _save_image(image: Image.Image, path: str | os.PathLike[str]) -> Path:
-    return _atomic_write(path, lambda handle: image.save(handle, format="PNG"))
+    return files.atomic_write(path, lambda handle: image.save(handle, format="PNG"), parents=True)
 
 
 # -- checking ------------------------------------------------------------------------------------
@@ -555,7 +537,9 @@ def _draw_curves(
     figure.legend(handles=handles, loc="outside right upper", frameon=False)
     if title:
         figure.suptitle(title)
-    return _atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
+    return files.atomic_write(
+        path, lambda handle: figure.savefig(handle, format="png"), parents=True
+    )
 
 
 def loss_curves(

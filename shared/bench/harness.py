@@ -2,8 +2,8 @@
 
 For every implementation and for each of its paths (the fast path, the protocol's
 ``jax.jit(impl.train_step, donate_argnums=0)``, and the idiomatic paths an implementation lists in
-``extras["benchmark_paths"]``; for the others the idiomatic path is the fast path), at every batch
-size, on the MNIST-sized model with synthetic data:
+``extras["paths"]`` (the ``PATHS`` of its ``paths`` section); for the others the idiomatic path is
+the fast path), at every batch size, on the MNIST-sized model with synthetic data:
 
 - **compile**: ``jax.clear_caches()``, then ``jax.jit(f).trace(...)``, ``.lower()`` and
   ``.compile()`` timed one by one; an idiomatic path, which has no jit object of its own to hand,
@@ -23,8 +23,8 @@ size, on the MNIST-sized model with synthetic data:
 - **FLOPs and memory**: ``compiled.cost_analysis()`` and ``compiled.memory_analysis()`` of the
   fast path; the process's peak RSS; GFLOP/s against a matmul roof measured in the same rounds on
   the same machine (a jitted f32 ``N x N @ N x N``, and the model's widest layer at each batch);
-- **data parallelism**: ``shared.parallel.Plan(mechanism, n).make_step`` (the step ``cvae train``
-  runs) for every mechanism and device count, against the serial step;
+- **data parallelism**: ``cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step`` (the step
+  ``cvae train`` runs) for every mechanism and device count, against the serial step;
 - every figure also as a ratio to pure JAX measured in the same run; versions, CPU, cores, XLA
   flags and the load average at the start, during and at the end.
 
@@ -41,28 +41,29 @@ import math
 import os
 import platform
 import resource
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.config import DATA_PARALLEL, ModelConfig
-from shared.errors import ConfigError, OutputError, field_error
+from cvae_rosetta.bench import report as bench_report
+from cvae_rosetta.bench.results import (
+    FAST,
+    PAGE_FILE,
+    REFERENCE,
+    RESULT_FILE,
+    SAME_AS_FAST,
+    SCHEMA,
+    fast_row,
+    scan_row,
+)
+from cvae_rosetta.spec.config import DATA_PARALLEL, ModelConfig
+from cvae_rosetta.spec.errors import ConfigError, field_error
 
-SCHEMA = "cvae-bench/1"
-REFERENCE = "pure_jax"
-RESULT_FILE = "bench.json"
-PAGE_FILE = "bench.md"
 BATCH_SIZES = (1, 8, 64, 256, 1024)
 MECHANISMS = tuple(m for m in DATA_PARALLEL if m != "none")
 MIN_STEPS = 8  # steps of a timed round, whatever the batch size
-OTHERS = 0.25  # other processes using more cores than this during the run mark a loaded machine
-LOADED = 1.5  # ... or, where that cannot be measured, a 1-minute load average above this at start
-FAST = "fast"
-SAME_AS_FAST = "idiomatic"  # the idiomatic path of an implementation whose fast path it is
 # The figures of a path row that get a ratio to pure JAX (dotted: nested fields).
 RATIO_FIELDS = (
     "step_us.median",
@@ -231,7 +232,7 @@ def resolve_impls(settings: Settings) -> dict[str, Any]:
     """``name -> implementation``: the ones asked for, every installed one by default, and pure
     JAX always (every figure is also a ratio to it). Loading imports the frameworks, not JAX's
     devices, so this runs before the devices are arranged."""
-    from shared import protocol
+    from cvae_rosetta.spec import protocol
 
     names = list(settings.impls or [i.name for i in protocol.known() if i.installed])
     names = [REFERENCE, *(n for n in names if n != REFERENCE)]
@@ -250,7 +251,7 @@ def arrange_devices(settings: Settings) -> None:
     and refuse a device count this machine cannot give."""
     import jax
 
-    from shared import parallel
+    from cvae_rosetta.spec import parallel
 
     count = max(settings.devices)
     if count > 1:
@@ -265,32 +266,9 @@ def arrange_devices(settings: Settings) -> None:
 def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
     """Refuse an output directory that would lose something or cannot be written: a non-empty one
     unless ``overwrite``, and even then only a previous benchmark's (one with ``bench.json``)."""
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out: expected a directory, got the existing file {out}")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise OutputError(
-                f"--out: expected an empty or new directory, got {out}, which is not empty "
-                "(pass --overwrite to replace a previous benchmark there)"
-            )
-        if not (out / RESULT_FILE).is_file():
-            raise OutputError(
-                f"--out: {out} is not empty and holds no {RESULT_FILE}, so it is not a previous "
-                "benchmark; refusing to overwrite it"
-            )
-    ancestor = out
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise OutputError(f"--out: expected a directory path, got {out}, but {ancestor} is a file")
-    try:
-        tempfile.TemporaryDirectory(dir=ancestor, prefix=".cvae-probe-").cleanup()
-    except OSError as err:
-        raise OutputError(
-            f"--out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
-        ) from err
-    return out
+    from cvae_rosetta.app import rundir
+
+    return rundir.check_out_dir(path, overwrite=overwrite, marker=RESULT_FILE, what="benchmark")
 
 
 # --- the machine ----------------------------------------------------------------------------------
@@ -511,7 +489,7 @@ def epoch_program(impl: Any, unroll: int) -> Any:
     as one jitted ``lax.scan`` over device-resident batches, the state donated."""
     import jax
 
-    from shared.validation import Batch
+    from cvae_rosetta.spec.validation import Batch
 
     def epoch(state, xs, cs, keys):
         def body(state, inputs):
@@ -539,9 +517,9 @@ def epoch_timer(program: Any, xs: Any, cs: Any, keys: Any, per: int = 1) -> Call
 
 
 def paths_of(impl: Any) -> dict[str, Callable | None]:
-    """``path name -> make(state) -> (step, state)`` of an implementation's idiomatic paths, or
-    ``{"idiomatic": None}`` when its idiomatic path is its fast path."""
-    extra = getattr(impl, "benchmark_paths", None) or {}
+    """``path name -> make(state) -> (step, state)`` of an implementation's idiomatic paths (its
+    ``extras["paths"]``), or ``{"idiomatic": None}`` when its idiomatic path is its fast path."""
+    extra = getattr(impl, "extras", {}).get("paths") or {}
     return dict(extra) if extra else {SAME_AS_FAST: None}
 
 
@@ -628,7 +606,7 @@ def run(
 
 
 def _config(settings: Settings):
-    from shared.config import Config
+    from cvae_rosetta.spec.config import Config
 
     return Config(model=settings.model)
 
@@ -655,7 +633,7 @@ def _warm_start(reference: Any, settings: Settings, params) -> None:
     """One throwaway compile, so that JAX's one-time costs land on no measured path."""
     import jax
 
-    from shared.validation import Batch
+    from cvae_rosetta.spec.validation import Batch
 
     xs, cs, keys = _data(settings, 2, 1)
     state = reference.from_canonical(params, _config(settings))
@@ -700,7 +678,7 @@ def _measure_batch(
 ) -> dict[str, Any]:
     import jax
 
-    from shared.validation import Batch
+    from cvae_rosetta.spec.validation import Batch
 
     config = _config(settings)
     k = settings.steps_at(b)
@@ -871,8 +849,8 @@ def _measure_parallel(
     the same global batch and key every step, as in ``benchmarks/data_parallel.py``."""
     import jax
 
-    from shared import parallel
-    from shared.validation import Batch
+    from cvae_rosetta.spec import parallel
+    from cvae_rosetta.spec.validation import Batch
 
     config = _config(settings)
     b = settings.parallel_batch
@@ -951,14 +929,6 @@ def ratio(value: Any, base: Any) -> float | None:
 
 def ratios(row: dict[str, Any], base: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
     return {field: ratio(_get(row, field), _get(base, field)) for field in fields}
-
-
-def fast_row(batch: dict[str, Any], impl: str) -> dict[str, Any]:
-    return next(r for r in batch["paths"] if r["impl"] == impl and r["path"] == FAST)
-
-
-def scan_row(batch: dict[str, Any], impl: str, unroll: int = 1) -> dict[str, Any] | None:
-    return next((s for s in batch["epoch"] if s["impl"] == impl and s["unroll"] == unroll), None)
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
@@ -1094,48 +1064,29 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def loaded(result: dict[str, Any]) -> bool:
-    """Whether other work shared the machine: other processes using more than :data:`OTHERS`
-    cores over the run (or twice that over one of its phases), measured from ``/proc/stat`` less
-    this process's own CPU time; where that cannot be measured, a 1-minute load average above
-    :data:`LOADED` at the start. (The load average is only the fallback: it counts this process's
-    own threads from its first moment, and on some virtual machines kernel threads too.)"""
-    others = result.get("other_processes_cpu") or {}
-    total = others.get("cores")
-    if total is not None:
-        phases = [c for c in (others.get("phases") or {}).values() if c is not None]
-        return total > OTHERS or any(c > 2 * OTHERS for c in phases)
-    start = result.get("load_average", {}).get("start")
-    return start is not None and start[0] > LOADED
-
-
 # --- writing --------------------------------------------------------------------------------------
 
 
 def make_out_dir(out: Path, *, overwrite: bool) -> Path:
     """Create ``out`` (after :func:`check_out_dir`), removing a previous benchmark if allowed."""
-    if overwrite and out.is_dir() and (out / RESULT_FILE).is_file():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    from cvae_rosetta.app import rundir
+
+    return rundir.make_out_dir(out, overwrite=overwrite, marker=RESULT_FILE)
 
 
 def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list[str]:
     """``bench.json``, the plots and ``bench.md`` (the same page as ``docs/performance.md``,
     linking the plots beside it) into ``out``; returns the names written."""
-    from shared import bench_report
-    from shared.run import write_json
+    from cvae_rosetta import files
 
     make_out_dir(out, overwrite=overwrite)
-    write_json(out / RESULT_FILE, result)
+    files.write_json(out / RESULT_FILE, result)
     images = bench_report.plots(result, out)
     page = bench_report.page(result, images, source=RESULT_FILE, generated_by="cvae bench")
-    (out / PAGE_FILE).write_text(page)
+    files.write_text(out / PAGE_FILE, page)
     return [RESULT_FILE, PAGE_FILE, *images.values()]
 
 
 def describe(result: dict[str, Any]) -> str:
     """A few lines for the terminal: the goals and where the figures are."""
-    from shared import bench_report
-
     return bench_report.terminal_summary(result)

@@ -25,8 +25,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from shared.config import Config
-from shared.errors import ConfigError
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError
 
 # pmap is left out: its multi-process form wants per-process arrays with a leading local-device axis
 # and a different data path; the mesh-based mechanisms run unchanged on a global mesh.
@@ -49,19 +49,18 @@ class Cluster:
         host, _, port = str(coordinator or "").rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(
-                f"--coordinator: expected HOST:PORT (for example 127.0.0.1:1234), got "
-                f"{coordinator!r}"
+                f"coordinator: expected HOST:PORT (for example 127.0.0.1:1234), got {coordinator!r}"
             )
         if not isinstance(num_processes, int) or num_processes < 1:
-            raise ConfigError(f"--num-processes: expected an integer >= 1, got {num_processes!r}")
+            raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
         if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
             raise ConfigError(
-                f"--process-id: expected an integer in [0, {num_processes}), got {process_id!r}"
+                f"process_id: expected an integer in [0, {num_processes}), got {process_id!r}"
             )
         if config.train.data_parallel not in DISTRIBUTED_MECHANISMS:
             raise ConfigError(
                 f"train.data_parallel: expected one of {', '.join(DISTRIBUTED_MECHANISMS)} with "
-                f"--distributed, got {config.train.data_parallel!r}"
+                f"a distributed run, got {config.train.data_parallel!r}"
             )
         if not devices_given:
             config = config.replace(train=config.train.replace(devices=num_processes))
@@ -74,7 +73,7 @@ class Cluster:
         train = self.config.train
         if train.devices % self.num_processes:
             raise ConfigError(
-                f"train.devices: expected a multiple of --num-processes ({self.num_processes}: "
+                f"train.devices: expected a multiple of num_processes ({self.num_processes}: "
                 f"every process brings the same number of devices), got {train.devices}"
             )
 
@@ -82,7 +81,7 @@ class Cluster:
         """Arrange this process's host devices and join the run (blocks until all have joined)."""
         import jax
 
-        from shared import parallel
+        from cvae_rosetta.spec import parallel
 
         config = self.config
         parallel.arrange_cpu_devices(config.train.devices // self.num_processes)
@@ -128,7 +127,7 @@ def launch(
     Every process is stopped (SIGTERM, then SIGKILL after ``grace`` seconds) before returning.
     """
     if not isinstance(num_processes, int) or num_processes < 1:
-        raise ConfigError(f"--num-processes: expected an integer >= 1, got {num_processes!r}")
+        raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
     command = list(command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -138,7 +137,7 @@ def launch(
             f"-- train --impl pure_jax ...`, got {' '.join(command) or 'nothing'!r}"
         )
     if timeout is not None and timeout <= 0:
-        raise ConfigError(f"--timeout: expected a number of seconds > 0, got {timeout!r}")
+        raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     coordinator = f"127.0.0.1:{port or free_port()}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs: list[subprocess.Popen] = []
@@ -147,7 +146,7 @@ def launch(
         argv = [
             sys.executable,
             "-m",
-            "shared.cli",
+            "cvae_rosetta.cli",
             *command,
             "--distributed",
             "--coordinator",

@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared.config import REMAINDERS, DataConfig
-from shared.errors import ConfigError, DataError, InputError, field_error
-from shared.validation import check_features, check_labels
+from cvae_rosetta.spec.config import REMAINDERS, DataConfig
+from cvae_rosetta.spec.errors import ConfigError, DataError, InputError, field_error
+from cvae_rosetta.spec.validation import check_features, check_labels
 
 IDX_FILES = {
     "train_x": "train-images-idx3-ubyte",
@@ -89,7 +89,7 @@ class Dataset:
 def check_dataset(ds: Dataset) -> None:
     """Refuse a data set whose splits break SPEC section 7 or the :class:`Split` dtypes.
 
-    Raises :class:`~shared.errors.InputError` naming the field, e.g. ``digits.train.x``.
+    Raises :class:`~cvae_rosetta.spec.errors.InputError` naming the field, e.g. ``digits.train.x``.
     """
     for part in ("train", "test"):
         split = getattr(ds, part)
@@ -167,9 +167,10 @@ def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> 
     with D a perfect square; uint8 images are divided by 255, floating images are taken as
     already in [0, 1] (and refused if they are not, or are not finite). Labels are integers.
 
-    Raises :class:`~shared.errors.ConfigError` when ``data_dir`` is None,
-    :class:`~shared.errors.DataError` when the files are missing or malformed (naming the file)
-    and :class:`~shared.errors.InputError` when their values break SPEC section 7.
+    Raises :class:`~cvae_rosetta.spec.errors.ConfigError` when ``data_dir`` is None,
+    :class:`~cvae_rosetta.spec.errors.DataError` when the files are missing or malformed (naming
+    the file) and :class:`~cvae_rosetta.spec.errors.InputError` when their values break SPEC
+    section 7.
     """
     if name not in NPZ_FILES:
         raise field_error(ConfigError, "data.name", "mnist or fashion_mnist", name)
@@ -264,7 +265,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
 
     The header is two zero bytes, the type code 0x08, the rank, then one big-endian uint32 per
     dimension; the file must hold exactly the bytes the dimensions call for. Anything else raises
-    :class:`~shared.errors.DataError` naming the file.
+    :class:`~cvae_rosetta.spec.errors.DataError` naming the file.
     """
     path = Path(path)
     try:

@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from shared.config import ModelConfig
-from shared.errors import ParameterError, describe
+from cvae_rosetta.spec.config import ModelConfig
+from cvae_rosetta.spec.errors import ParameterError, describe
 
 Layer = dict[str, Any]
 Canonical = dict[str, Any]

@@ -6,7 +6,7 @@ import functools
 
 import optax
 
-from shared.config import OptimConfig
+from cvae_rosetta.spec.config import OptimConfig
 
 
 @functools.cache

@@ -2,7 +2,7 @@
 Optax or Orbax).
 
 ```python
-from shared import serving
+from cvae_rosetta.app import serving
 
 model = serving.load("exported/")
 images = model.generate([3, 3, 7], seed=0)      # f32[3, D] in [0, 1]
@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared.errors import InputError, OutputError
-from shared.validation import check_features, check_labels, check_latent
+from cvae_rosetta.spec.errors import InputError, OutputError
+from cvae_rosetta.spec.validation import check_features, check_labels, check_latent
 
 FORMAT = "cvae-rosetta export"
 VERSION = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from shared.config import LossConfig
+from cvae_rosetta.spec.config import LossConfig
 
 Metrics = dict[str, jax.Array]
 

@@ -2,8 +2,8 @@
 
 ``Config.model``, ``Config.loss`` and ``Config.optim`` are SPEC sections 1, 4 and 5; ``Config.data``
 and ``Config.train`` describe a run. Every field is checked in ``__post_init__``; a bad value raises
-:class:`~shared.errors.ConfigError` naming the field, the expected and the given value. Configs are
-hashable, so they travel inside a train state as static pytree metadata.
+:class:`~cvae_rosetta.spec.errors.ConfigError` naming the field, the expected and the given value.
+Configs are hashable, so they travel inside a train state as static pytree metadata.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import ConfigError, field_error
+from cvae_rosetta.spec.errors import ConfigError, field_error
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 LOSS_KINDS = ("bernoulli", "mse")
@@ -172,7 +172,7 @@ class TrainConfig(_Section):
 
     ``data_parallel`` is ``none`` (one device) or the mechanism that splits every batch over
     ``devices`` devices: ``pmap``, ``sharded`` (jit over a sharded batch) or ``shard_map``; see
-    ``shared/parallel.py``.
+    ``shared/spec/parallel.py``.
     """
 
     _section = "train"

@@ -32,10 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared import images
-from shared.config import Config
-from shared.data import Dataset, Split
-from shared.errors import ConfigError, OutputError, ParameterError, field_error
+from cvae_rosetta import files
+from cvae_rosetta.app import images, rundir
+from cvae_rosetta.app.data import Dataset, Split
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError, OutputError, ParameterError, field_error
 
 DEFAULT_IW_SAMPLES = 64
 MAX_IW_SAMPLES = 4096
@@ -45,10 +46,10 @@ GRID_PER_CLASS = 10
 CLASSIFIER_MAX_TRAIN = 5000
 ROWS_PER_CALL = 16384  # decoder rows per compiled call: examples per chunk = this // k
 
-EVALUATION_FILE = "evaluation.json"
-PARAMS_FILE = "params.npz"
-GRID_FILE = "generated.png"
-LATENT_FILE = "latent.png"
+EVALUATION_FILE = rundir.EVALUATION_FILE
+PARAMS_FILE = rundir.PARAMS_FILE
+GRID_FILE = rundir.GENERATED_FILE
+LATENT_FILE = rundir.LATENT_FILE
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -57,9 +58,7 @@ def check_iw_samples(value: Any) -> int:
     """``--iw-samples``: an integer in ``[1, MAX_IW_SAMPLES]``."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     if not ok or not 1 <= value <= MAX_IW_SAMPLES:
-        raise field_error(
-            ConfigError, "--iw-samples", f"an integer in [1, {MAX_IW_SAMPLES}]", value
-        )
+        raise field_error(ConfigError, "iw_samples", f"an integer in [1, {MAX_IW_SAMPLES}]", value)
     return int(value)
 
 
@@ -76,7 +75,7 @@ class EvalKeys:
 
     @classmethod
     def from_seed(cls, seed: int) -> EvalKeys:
-        from shared.trainer import RunKeys
+        from cvae_rosetta.app.trainer import RunKeys
 
         # RunKeys.sample itself draws samples.png; fold_in(sample, 1) is a key of its own.
         base = jax.random.fold_in(RunKeys.from_seed(seed).sample, 1)
@@ -294,7 +293,9 @@ def latent_picture(means: np.ndarray, labels: np.ndarray, path: Path, *, title: 
     ax.grid(True, alpha=0.3)
     figure.legend(loc="outside right upper", frameon=False, title="label", markerscale=2)
     figure.suptitle(title)
-    return images._atomic_write(path, lambda handle: figure.savefig(handle, format="png"))
+    return files.atomic_write(
+        path, lambda handle: figure.savefig(handle, format="png"), parents=True
+    )
 
 
 # --- the whole evaluation -------------------------------------------------------------------------
@@ -444,16 +445,16 @@ class RunToEvaluate:
 
 
 def _read_config(directory: Path) -> dict[str, Any]:
-    path = directory / "config.json"
+    path = directory / rundir.CONFIG_FILE
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise OutputError(
-            f"--run: expected {path} to be the JSON a cvae run writes, got {type(err).__name__}: "
+            f"run_dir: expected {path} to be the JSON a cvae run writes, got {type(err).__name__}: "
             f"{err}"
         ) from err
     if not isinstance(data, dict) or "config" not in data:
-        raise OutputError(f"--run: expected {path} to hold a 'config' entry, it does not")
+        raise OutputError(f"run_dir: expected {path} to hold a 'config' entry, it does not")
     return data
 
 
@@ -466,14 +467,14 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
     directory = Path(path).expanduser()
     if not directory.exists():
         raise OutputError(
-            f"--run: expected an existing run directory, got {directory}, which does not exist"
+            f"run_dir: expected an existing run directory, got {directory}, which does not exist"
         )
     if not directory.is_dir():
-        raise OutputError(f"--run: expected a run directory, got the file {directory}")
-    if not (directory / "config.json").is_file():
+        raise OutputError(f"run_dir: expected a run directory, got the file {directory}")
+    if not (directory / rundir.CONFIG_FILE).is_file():
         raise OutputError(
-            f"--run: expected a run directory holding config.json (one cvae train or cvae compare "
-            f"wrote), got {directory}, which holds none"
+            f"run_dir: expected a run directory holding config.json (one cvae train or "
+            f"cvae compare wrote), got {directory}, which holds none"
         )
     data = _read_config(directory)
     try:
@@ -487,27 +488,29 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
         runs = [RunToEvaluate(directory, data["impl"], config)]
     else:
         raise OutputError(
-            f"--run: expected {directory / 'config.json'} to name its implementation ('impl'), "
+            f"run_dir: expected {directory / 'config.json'} to name its implementation ('impl'), "
             "it does not"
         )
     for r in runs:
         if not (r.directory / PARAMS_FILE).is_file():
             raise OutputError(
-                f"--run: expected the trained parameters {r.directory / PARAMS_FILE} "
+                f"run_dir: expected the trained parameters {r.directory / PARAMS_FILE} "
                 f"(cvae train writes them), got no such file"
             )
         try:  # a real probe, as for --out
             tempfile.TemporaryDirectory(dir=r.directory, prefix=".cvae-probe-").cleanup()
         except OSError as err:
             raise OutputError(
-                f"--run: expected a writable run directory, got {r.directory} ({err.strerror})"
+                f"run_dir: expected a writable run directory, got {r.directory} ({err.strerror})"
             ) from err
     return runs
 
 
 def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> list[dict[str, Any]]:
     """``cvae evaluate --run``: check everything, then evaluate and write ``evaluation.json``."""
-    from shared import data, protocol, run
+    from cvae_rosetta.app import data
+    from cvae_rosetta.app import rundir as run
+    from cvae_rosetta.spec import protocol
 
     k = check_iw_samples(iw_samples)
     runs = find_runs(path)

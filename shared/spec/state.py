@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from shared.config import Config
-from shared.optim import make_optimizer
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.optim import make_optimizer
 
 
 @jax.tree_util.register_dataclass

@@ -9,7 +9,7 @@ A checkpoint holds the train state in **canonical** form, so any implementation 
  "opt_state": {"count": i32[],               # Adam's step count
                "mu":    canonical tree,      # Adam's first moments, shaped like the parameters
                "nu":    canonical tree},     # and second moments
- "run_keys":  u32[5, ...]}                   # key data of the run's keys (shared.trainer.RunKeys)
+ "run_keys":  u32[5, ...]}                   # key data of the run's keys (trainer.RunKeys)
 ```
 
 beside JSON metadata: the position (step, epoch, batch within the epoch), the current epoch's step
@@ -49,10 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from shared import canonical
-from shared.config import Config
-from shared.errors import CheckpointError, ConfigError, OutputError, ParameterError
-from shared.trainer import Position, Progress, Record, RunKeys
+from cvae_rosetta import files
+from cvae_rosetta.app.trainer import Position, Progress, Record, RunKeys
+from cvae_rosetta.spec import canonical
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import CheckpointError, ConfigError, OutputError, ParameterError
 
 FORMAT = "cvae-rosetta checkpoint"
 VERSION = 1
@@ -190,7 +191,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
 
 def unflatten(flat: dict[str, np.ndarray], *, source: str) -> dict[str, Any]:
     """The train-state tree (and ``run_keys``) from :func:`flatten`'s names."""
-    from shared import run
+    from cvae_rosetta.app import rundir as run
 
     groups: dict[str, dict[str, np.ndarray]] = {"params": {}, "mu": {}, "nu": {}}
     tree: dict[str, Any] = {"opt_state": {}}
@@ -289,7 +290,7 @@ class Checkpoint:
         return {**self.state, "run_keys": data}
 
     def metadata(self) -> dict[str, Any]:
-        from shared import protocol
+        from cvae_rosetta.spec import protocol
 
         position = self.progress.position
         _, prng = key_data(self.keys)
@@ -547,7 +548,7 @@ class Checkpoints:
                 if not latest_good:
                     raise CheckpointError(
                         f"checkpoint: the latest checkpoint, step {step}, is damaged: {err}; pass "
-                        f"--resume-latest-good to continue from the newest intact one"
+                        f"latest_good to continue from the newest intact one"
                     ) from err
                 damaged.append((step, str(err)))
         listing = "; ".join(f"step {s}: {reason}" for s, reason in damaged)
@@ -601,7 +602,7 @@ class Saver:
 
 def check_options(every: Any, keep: Any) -> tuple[int, int]:
     """``--checkpoint-every`` (an integer >= 0; 0: only at the end) and ``--keep-checkpoints``."""
-    for flag, value, minimum in (("--checkpoint-every", every, 0), ("--keep-checkpoints", keep, 1)):
+    for flag, value, minimum in (("checkpoint_every", every, 0), ("keep_checkpoints", keep, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(f"{flag}: expected an integer >= {minimum}, got {value!r}")
     return every, keep
@@ -629,12 +630,13 @@ def refuse_config_changes(old: Config, new: Config, *, what: str) -> None:
         expected = ", ".join(f"{name}={a!r}" for name, a, _ in bad)
         given = ", ".join(f"{name}={b!r}" for name, _, b in bad)
         raise ConfigError(
-            f"{fields}: expected the values of {what} ({expected}; only --epochs, --data-dir, "
-            f"--data-parallel and --devices may change on --resume), got {given}"
+            f"{fields}: expected the values of {what} ({expected}; only train.epochs, "
+            f"data.data_dir, train.data_parallel and train.devices may change on resume), "
+            f"got {given}"
         )
 
 
-def read_run(directory: Any, *, flag: str = "--run") -> tuple[Path, dict[str, Any], Config]:
+def read_run(directory: Any, *, flag: str = "run_dir") -> tuple[Path, dict[str, Any], Config]:
     """A ``cvae train`` run directory: its path, its ``config.json`` and its config."""
     path = Path(directory).expanduser()
     if not path.is_dir():
@@ -686,10 +688,10 @@ class Resume:
 
     @classmethod
     def open(cls, directory: Any, *, latest_good: bool) -> Resume:
-        path, data, config = read_run(directory, flag="--resume")
+        path, data, config = read_run(directory, flag="resume")
         if not checkpoints_of(path).is_dir():
             raise CheckpointError(
-                f"--resume: expected {checkpoints_of(path)} (cvae train writes checkpoints there), "
+                f"resume: expected {checkpoints_of(path)} (cvae train writes checkpoints there), "
                 "got no such directory"
             )
         for where in (path, checkpoints_of(path)):
@@ -697,7 +699,7 @@ class Resume:
                 tempfile.TemporaryDirectory(dir=where, prefix=".cvae-probe-").cleanup()
             except OSError as err:
                 raise OutputError(
-                    f"--resume: expected a writable run directory, got {where} ({err.strerror})"
+                    f"resume: expected a writable run directory, got {where} ({err.strerror})"
                 ) from err
         return cls(path, data, config, latest_good)
 
@@ -773,7 +775,7 @@ class Resume:
     def prepare(self, records: list[Record], config: Config, impl_name: str) -> None:
         """Write what resuming changes: damaged newer checkpoints moved aside (never deleted),
         ``metrics.jsonl`` cut back to the checkpoint's records, ``config.json`` updated."""
-        from shared import run
+        from cvae_rosetta.app import rundir as run
 
         for step, _ in self.damaged:
             aside = self.directory / DAMAGED_DIR
@@ -781,15 +783,7 @@ class Resume:
             target = aside / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
             shutil.move(str(checkpoints_of(self.directory) / str(step)), str(target))
         path = self.directory / "metrics.jsonl"
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".metrics.jsonl.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                for r in records:
-                    f.write(json.dumps(r) + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        files.write_text(path, "".join(json.dumps(r) + "\n" for r in records))
         resumes = list(self.run.get("resumes", []))
         resumes.append(
             {"step": self.checkpoint.step, "impl": impl_name, "from": self.checkpoint.impl}
@@ -850,7 +844,7 @@ def latest_of_run(run_dir: Path, *, step: int | None = None) -> Checkpoint:
             return found
         if step not in checkpoints.steps():
             raise CheckpointError(
-                f"--step: expected one of the checkpoints {checkpoints.steps()}, got {step}"
+                f"step: expected one of the checkpoints {checkpoints.steps()}, got {step}"
             )
         return checkpoints.restore(step)
     finally:
@@ -859,14 +853,8 @@ def latest_of_run(run_dir: Path, *, step: int | None = None) -> Checkpoint:
 
 def write_npz(path: Path, flat: dict[str, np.ndarray], metadata: dict[str, Any]) -> None:
     """Arrays and a JSON document (a 0-d unicode array, so no pickle) in one NPZ, atomically."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **flat, **{NPZ_METADATA: np.array(json.dumps(metadata))})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    document = {NPZ_METADATA: np.array(json.dumps(metadata))}
+    files.atomic_write(path, lambda handle: np.savez(handle, **flat, **document))
 
 
 def read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -888,7 +876,7 @@ def read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 def convert(run_dir: Any, out: Path, *, step: int | None = None) -> dict[str, Any]:
     """``cvae convert``: a run's checkpoint (or, without any, its ``params.npz``) as one canonical
     NPZ; returns its metadata."""
-    from shared import run
+    from cvae_rosetta.app import rundir as run
 
     path, data, config = read_run(run_dir)
     if has_checkpoints(path):
@@ -899,12 +887,12 @@ def convert(run_dir: Any, out: Path, *, step: int | None = None) -> dict[str, An
     else:
         if step is not None:
             raise CheckpointError(
-                f"--step: expected a run with checkpoints, got {path}, which has none"
+                f"step: expected a run with checkpoints, got {path}, which has none"
             )
         params_file = path / "params.npz"
         if not params_file.is_file():
             raise CheckpointError(
-                f"--run: expected checkpoints or params.npz in {path}, got neither"
+                f"run_dir: expected checkpoints or params.npz in {path}, got neither"
             )
         params = run.load_params(params_file)
         canonical.check(params, config.model, field=str(params_file))
@@ -928,7 +916,7 @@ def load_npz(path: Any) -> Checkpoint | dict[str, Any]:
     path = Path(path)
     flat, meta = read_npz(path)
     if isinstance(meta, dict) and meta.get("params_only"):
-        from shared import run
+        from cvae_rosetta.app import rundir as run
 
         params = run.unflatten_params(
             {k.removeprefix("params/"): v for k, v in flat.items()}, source=str(path)
@@ -942,20 +930,20 @@ def check_out_file(path: Any, *, suffixes: tuple[str, ...], overwrite: bool = Fa
     """An output file: a wanted suffix, an existing directory to write it in, never an existing
     file replaced unless ``overwrite``."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise ConfigError(
-            f"--out: expected a file path ending in {' or '.join(suffixes)}, got none"
-        )
+        raise ConfigError(f"out: expected a file path ending in {' or '.join(suffixes)}, got none")
     out = Path(path).expanduser()
     if out.suffix.lower() not in suffixes:
         raise ConfigError(
-            f"--out: expected a file name ending in {' or '.join(suffixes)}, got {out.name!r}"
+            f"out: expected a file name ending in {' or '.join(suffixes)}, got {out.name!r}"
         )
     if out.is_dir():
-        raise ConfigError(f"--out: expected a file, got the directory {out}")
+        raise ConfigError(f"out: expected a file, got the directory {out}")
     if out.exists() and not overwrite:
-        raise ConfigError(f"--out: expected a new file, got {out}, which exists (--overwrite)")
+        raise ConfigError(
+            f"out: expected a new file, got {out}, which exists (overwrite=True replaces it)"
+        )
     if not out.parent.is_dir():
-        raise ConfigError(f"--out: expected an existing directory for {out.name}, got {out.parent}")
+        raise ConfigError(f"out: expected an existing directory for {out.name}, got {out.parent}")
     if not os.access(out.parent, os.W_OK):
-        raise ConfigError(f"--out: expected a writable directory, got {out.parent}")
+        raise ConfigError(f"out: expected a writable directory, got {out.parent}")
     return out

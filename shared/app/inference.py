@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared import canonical
-from shared.config import Config
-from shared.errors import ConfigError, ParameterError
+from cvae_rosetta import files
+from cvae_rosetta.spec import canonical
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError, ParameterError
 
 MAX_SAMPLES = 10_000
 
@@ -51,7 +50,9 @@ def image_shape_of(config: Config) -> tuple[int, int]:
 
 def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
     """The run's parameters in ``impl_name`` (default: the implementation the run names)."""
-    from shared import checkpoint, protocol, run
+    from cvae_rosetta.app import checkpoint
+    from cvae_rosetta.app import rundir as run
+    from cvae_rosetta.spec import protocol
 
     path, data, config = checkpoint.read_run(run_dir)
     impl = protocol.load(impl_name or data["impl"])
@@ -63,7 +64,7 @@ def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
         params_file = path / "params.npz"
         if not params_file.is_file():
             raise ParameterError(
-                f"--run: expected checkpoints or params.npz in {path} (cvae train writes them), "
+                f"run_dir: expected checkpoints or params.npz in {path} (cvae train writes them), "
                 "got neither"
             )
         params, step, source = run.load_params(params_file), None, str(params_file)
@@ -78,7 +79,7 @@ def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
 # --- checks of the commands' own flags ---------------------------------------------------------
 
 
-def check_count(value: Any, flag: str = "--n", maximum: int = MAX_SAMPLES) -> int:
+def check_count(value: Any, flag: str = "count", maximum: int = MAX_SAMPLES) -> int:
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     if not ok or not 1 <= value <= maximum:
         raise ConfigError(f"{flag}: expected an integer in [1, {maximum}], got {value!r}")
@@ -88,7 +89,7 @@ def check_count(value: Any, flag: str = "--n", maximum: int = MAX_SAMPLES) -> in
 def check_labels(text: Any, num_classes: int) -> list[int]:
     """``--label``: one label or a comma-separated list, each in ``[0, num_classes)``."""
     if text is None:
-        raise ConfigError(f"--label: expected a label in [0, {num_classes}), got none")
+        raise ConfigError(f"labels: expected a label in [0, {num_classes}), got none")
     labels = []
     for part in str(text).split(","):
         try:
@@ -97,7 +98,7 @@ def check_labels(text: Any, num_classes: int) -> list[int]:
             label = None
         if label is None or not 0 <= label < num_classes:
             raise ConfigError(
-                f"--label: expected labels in [0, {num_classes}) (model.num_classes), got "
+                f"labels: expected labels in [0, {num_classes}) (model.num_classes), got "
                 f"{part.strip()!r}"
             )
         labels.append(label)
@@ -108,7 +109,7 @@ def check_seed(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"--seed: expected an integer >= 0, got {value!r}")
+        raise ConfigError(f"seed: expected an integer >= 0, got {value!r}")
     return value
 
 
@@ -116,15 +117,9 @@ def check_seed(value: Any) -> int | None:
 
 
 def write_arrays(path: Path, **arrays: Any) -> None:
-    """An NPZ of named arrays (no pickles), written atomically."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """An NPZ of named arrays (no pickles), written atomically (:mod:`cvae_rosetta.files`)."""
+    named = {k: np.asarray(v) for k, v in arrays.items()}
+    files.atomic_write(path, lambda handle: np.savez(handle, **named))
 
 
 def model_functions(impl: Any, state: Any) -> dict[str, Any]:
@@ -135,7 +130,7 @@ def model_functions(impl: Any, state: Any) -> dict[str, Any]:
     * ``encoder(x: f32[b, D], c: i32[b]) -> (mean, logvar)``, each ``f32[b, L]``
     * ``decoder(z: f32[b, L], c: i32[b]) -> images f32[b, D]``: ``sigmoid(decode(z, c))``
     """
-    from shared.model import generate
+    from cvae_rosetta.spec.model import generate
 
     prng = prng_name()
 
@@ -159,7 +154,7 @@ def prng_name() -> str:
 def sample(trained: Trained, labels: list[int], n: int, seed: int | None) -> tuple[Any, Any]:
     """``n`` images per label from the compiled generator (the function ``cvae export`` writes);
     the key is the run's own sample key unless ``seed`` is given."""
-    from shared.trainer import RunKeys
+    from cvae_rosetta.app.trainer import RunKeys
 
     key = (
         RunKeys.from_seed(trained.config.train.seed).sample
@@ -172,7 +167,7 @@ def sample(trained: Trained, labels: list[int], n: int, seed: int | None) -> tup
 
 
 def write_samples(trained: Trained, out: Path, images_: Any, labels: Any) -> None:
-    from shared import images
+    from cvae_rosetta.app import images
 
     if out.suffix.lower() == ".npz":
         write_arrays(out, images=images_, labels=labels, image_shape=np.array(trained.image_shape))
@@ -184,7 +179,7 @@ def write_samples(trained: Trained, out: Path, images_: Any, labels: Any) -> Non
 def reconstruct(trained: Trained, n: int) -> tuple[Any, Any, Any]:
     """The first ``n`` test examples of the run's data set and their reconstructions,
     ``sigmoid(decode(mean, c))``, through the compiled encoder and decoder."""
-    from shared import data
+    from cvae_rosetta.app import data
 
     dataset = data.load(trained.config.data)
     n = min(n, len(dataset.test))
@@ -196,7 +191,7 @@ def reconstruct(trained: Trained, n: int) -> tuple[Any, Any, Any]:
 
 
 def write_reconstructions(trained: Trained, out: Path, x: Any, c: Any, recon: Any) -> None:
-    from shared import images
+    from cvae_rosetta.app import images
 
     if out.suffix.lower() == ".npz":
         write_arrays(

@@ -16,71 +16,91 @@ from typing import Any
 import jax
 import numpy as np
 
-from shared import images
-from shared.config import Config
-from shared.data import Dataset
-from shared.errors import OutputError, ParameterError
-from shared.model import generate, reconstruct
-from shared.trainer import Record, RunKeys
+from cvae_rosetta import files
+from cvae_rosetta.app import images
+from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app.trainer import Record, RunKeys
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import OutputError, ParameterError
+from cvae_rosetta.spec.model import generate, reconstruct
 
-RUN_MARKER = "config.json"
+# The file layout of a run directory, written once: every writer and reader names files by these.
+CONFIG_FILE = "config.json"  # the whole resolved config; its presence marks a run directory
+METRICS_FILE = "metrics.jsonl"  # one record per step and per epoch, appended as training goes
+SAMPLES_FILE = "samples.png"
+RECONSTRUCTIONS_FILE = "reconstructions.png"
+CURVES_FILE = "curves.png"
+SUMMARY_FILE = "summary.json"
+PARAMS_FILE = "params.npz"  # the final canonical parameters
+EVALUATION_FILE = "evaluation.json"  # what cvae evaluate writes, with the two pictures below
+GENERATED_FILE = "generated.png"
+LATENT_FILE = "latent.png"
+CHECKPOINT_DIR = "checkpoints"
+RUN_FILES = (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    RECONSTRUCTIONS_FILE,
+    CURVES_FILE,
+    SUMMARY_FILE,
+    PARAMS_FILE,
+)
+EVALUATION_FILES = (EVALUATION_FILE, GENERATED_FILE, LATENT_FILE)
+RUN_MARKER = CONFIG_FILE
 SAMPLES_PER_CLASS = 8
 RECONSTRUCTIONS = 16
 
 
-def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
+def check_out_dir(
+    path: str | os.PathLike[str], *, overwrite: bool, marker: str = RUN_MARKER, what: str = "run"
+) -> Path:
     """Refuse an output directory that would lose something or cannot be written.
 
-    A non-empty directory is refused unless ``overwrite``; even then only a previous run directory
-    (one holding ``config.json``) is replaced, never an arbitrary folder.
+    A non-empty directory is refused unless ``overwrite``; even then only a previous ``what`` (a
+    run directory: one holding ``marker``, ``config.json``) is replaced, never an arbitrary folder.
+    ``cvae export`` and ``cvae bench`` check their ``--out`` with this too, with their own marker.
     """
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out: expected a directory, got the existing file {out}")
+        raise OutputError(f"out: expected a directory, got the existing file {out}")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise OutputError(
-                f"--out: expected an empty or new directory, got {out}, which is not empty "
-                "(pass --overwrite to replace a previous run there)"
+                f"out: expected an empty or new directory, got {out}, which is not empty "
+                f"(overwrite=True replaces a previous {what} there)"
             )
-        if not (out / RUN_MARKER).is_file():
+        if not (out / marker).is_file():
             raise OutputError(
-                f"--out: {out} is not empty and holds no {RUN_MARKER}, so it is not a previous "
-                "run; refusing to overwrite it"
+                f"out: {out} is not empty and holds no {marker}, so it is not a previous "
+                f"{what}; refusing to overwrite it"
             )
     ancestor = out
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise OutputError(f"--out: expected a directory path, got {out}, but {ancestor} is a file")
+        raise OutputError(f"out: expected a directory path, got {out}, but {ancestor} is a file")
     try:  # a real probe: permissions, read-only file systems and quotas all show here
         tempfile.TemporaryDirectory(dir=ancestor, prefix=".cvae-probe-").cleanup()
     except OSError as err:
         raise OutputError(
-            f"--out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
+            f"out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
         ) from err
     return out
 
 
-def make_out_dir(out: Path, *, overwrite: bool) -> Path:
-    """Create ``out`` (after :func:`check_out_dir`), removing a previous run there if allowed."""
-    if overwrite and out.is_dir() and (out / RUN_MARKER).is_file():
+def make_out_dir(out: Path, *, overwrite: bool, marker: str = RUN_MARKER) -> Path:
+    """Create ``out`` (after :func:`check_out_dir`), removing a previous run there (one holding
+    ``marker``) if allowed."""
+    if overwrite and out.is_dir() and (out / marker).is_file():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically: a temporary file in the same directory, then a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``data`` as JSON indented by 2 with a final newline, written atomically with the umask's
+    permissions (:func:`cvae_rosetta.files.write_json`)."""
+    files.write_json(path, data)
 
 
 class MetricsLog:
@@ -122,7 +142,7 @@ def write_pictures(out: Path, impl, state, dataset: Dataset, keys: RunKeys, *, t
     labels = np.repeat(np.arange(k, dtype=np.int32), SAMPLES_PER_CLASS)
     samples = np.asarray(generate(impl, state, keys.sample, labels))
     images.sample_grid(
-        samples, labels, dataset.image_shape, out / "samples.png", title=f"{title}: samples"
+        samples, labels, dataset.image_shape, out / SAMPLES_FILE, title=f"{title}: samples"
     )
     n = min(RECONSTRUCTIONS, len(dataset.test))
     x, c = jax.numpy.asarray(dataset.test.x[:n]), jax.numpy.asarray(dataset.test.c[:n])
@@ -131,7 +151,7 @@ def write_pictures(out: Path, impl, state, dataset: Dataset, keys: RunKeys, *, t
         np.asarray(x),
         recon,
         dataset.image_shape,
-        out / "reconstructions.png",
+        out / RECONSTRUCTIONS_FILE,
         title=f"{title}: reconstructions",
     )
 
@@ -209,14 +229,7 @@ def unflatten_params(flat: dict[str, np.ndarray], *, source: str = "params") -> 
 def save_params(path: Path, params: Any) -> None:
     """``params.npz``: the canonical parameters, flattened, arrays only, written atomically."""
     flat = flatten_params(jax.device_get(params))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **flat)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.atomic_write(path, lambda handle: np.savez(handle, **flat))
 
 
 def load_params(path: Path) -> dict[str, Any]:

@@ -17,8 +17,8 @@ global batch, up to the order of floating-point sums.
 
 The per-device step needs the step cut in two at the all-reduce: an implementation's
 ``compute_grads(state, batch, eps) -> (grads, metrics)`` (the ``grads_fn`` of its
-:class:`~shared.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging per-device mean
-losses is the global mean because every device holds the same number of rows.
+:class:`~cvae_rosetta.spec.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging
+per-device mean losses is the global mean because every device holds the same number of rows.
 
 Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
 only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
@@ -38,10 +38,10 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shared.config import DATA_PARALLEL, Config
-from shared.errors import ConfigError
-from shared.model import noise, step_key
-from shared.validation import Batch, check_batch
+from cvae_rosetta.spec.config import DATA_PARALLEL, Config
+from cvae_rosetta.spec.errors import ConfigError
+from cvae_rosetta.spec.model import noise, step_key
+from cvae_rosetta.spec.validation import Batch, check_batch
 
 AXIS = "data"
 MECHANISMS = DATA_PARALLEL
@@ -98,7 +98,7 @@ class Plan:
         count = (1 if mechanism == "none" else len(available)) if count is None else count
         if mechanism == "none" and count != 1:
             raise ConfigError(
-                f"train.devices: expected 1 without data parallelism (pick --data-parallel "
+                f"train.devices: expected 1 without data parallelism (pick train.data_parallel "
                 f"pmap, sharded or shard_map to use more), got {count}"
             )
         if count > len(available):
@@ -139,7 +139,7 @@ class Plan:
         if batch_size % self.count:
             raise ConfigError(
                 f"data.batch_size: expected a multiple of the {self.count} devices of "
-                f"--data-parallel {self.mechanism}, got {batch_size}"
+                f"train.data_parallel {self.mechanism}, got {batch_size}"
             )
 
     def rows_of_process(self, batch_size: int) -> slice:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.bench import FAST, LOADED, OTHERS, REFERENCE, fast_row, loaded, scan_row
+from cvae_rosetta.bench.results import FAST, LOADED, OTHERS, REFERENCE, fast_row, loaded, scan_row
 
 GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
 WITHIN = 1.03  # an idiomatic path "stops mattering" once it is this close to the fast path
@@ -605,7 +605,7 @@ def _parallel(result: dict[str, Any], images: dict[str, str]) -> list[str]:
     return [
         "## Data parallelism",
         "",
-        f"`shared.parallel.Plan(mechanism, n).make_step(impl)` (the step `cvae train "
+        f"`cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step(impl)` (the step `cvae train "
         f"--data-parallel` runs) at global batch {data['batch_size']}, "
         f"{data['steps_per_round']} steps per round, rounds interleaved; each cell is the median "
         "step time in µs and its ratio to the same implementation's serial step (the `pmap` "
@@ -685,7 +685,7 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from shared.images import _atomic_write
+    from cvae_rosetta.files import atomic_write
 
     written = {}
     batches = _batches(result)
@@ -705,7 +705,9 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
         if draw(figure, result) is False:
             continue
         file = f"{prefix}{name}.png"
-        _atomic_write(directory / file, lambda handle, f=figure: f.savefig(handle, format="png"))
+        atomic_write(
+            directory / file, lambda handle, f=figure: f.savefig(handle, format="png"), parents=True
+        )
         written[name] = file
     return written
 

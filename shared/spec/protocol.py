@@ -21,14 +21,21 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-from shared import canonical
-from shared.config import Config
-from shared.errors import ConfigError, ImplementationNotFound, field_error
-from shared.losses import Metrics
-from shared.model import noise
-from shared.validation import Batch, check_batch, check_features, check_labels, check_latent
+from cvae_rosetta.spec import canonical
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError, ImplementationNotFound, field_error
+from cvae_rosetta.spec.losses import Metrics
+from cvae_rosetta.spec.model import noise
+from cvae_rosetta.spec.validation import (
+    Batch,
+    check_batch,
+    check_features,
+    check_labels,
+    check_latent,
+)
 
 ENTRY_POINT_GROUP = "cvae_rosetta.impls"
+DISTRIBUTION = "cvae-rosetta"  # its entry points in that group are the built-in implementations
 MEMBERS = (
     "name",
     "init",
@@ -64,7 +71,7 @@ class Implementation(Protocol):
 
 def _config(value: Any) -> Config:
     if not isinstance(value, Config):
-        raise field_error(ConfigError, "config", "a shared.config.Config", value)
+        raise field_error(ConfigError, "config", "a cvae_rosetta.spec.config.Config", value)
     return value
 
 
@@ -92,10 +99,15 @@ class Adapter:
     encode_fn: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
     decode_fn: Callable[[Any, jax.Array, jax.Array], jax.Array]
     # ``compute_grads(state, batch, eps) -> (grads, metrics)``: the step's first half, which the
-    # per-device data-parallel steps of shared/parallel.py run on each device's rows before they
-    # average the gradients and call ``state.apply_gradients(grads)``. Optional: without it an
+    # per-device data-parallel steps of shared/spec/parallel.py run on each device's rows before
+    # they average the gradients and call ``state.apply_gradients(grads)``. Optional: without it an
     # implementation runs serially and under sharded jit only.
     grads_fn: Callable[[Any, Batch, jax.Array], tuple[Any, Metrics]] | None = None
+    # More than the protocol, each also an attribute of the adapter. ``extras["paths"]``: the
+    # ``PATHS`` of the implementation's ``paths`` section, other ways to run the same train step
+    # (``label -> make(state) -> (step, carry)``, ``step(carry, batch, key) -> (carry, metrics)``),
+    # which the conformance suite checks against ``train_step`` and ``cvae bench`` times; empty
+    # where the framework's idiomatic step is the fast path.
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def init(self, key: jax.Array, config: Config) -> Any:
@@ -149,21 +161,41 @@ class Adapter:
 class Builtin:
     """One of this repository's implementations."""
 
-    target: str  # "module:attribute"
+    target: str  # "module:attribute", its entry point's value
     module: str  # the framework module that must be importable for it to be installed
     distribution: str  # whose version the report headers print
     extra: str | None  # the pip extra that installs the framework
 
 
-# Listed here as well as under the entry points, so that `cvae impls` can show every one of them,
-# installed or not, even when the project runs from a source tree.
-BUILTIN: dict[str, Builtin] = {
-    "pure_jax": Builtin("impls.pure_jax:implementation", "jax", "jax", None),
-    "flax_linen": Builtin("impls.flax_linen:implementation", "flax", "flax", "flax"),
-    "flax_nnx": Builtin("impls.flax_nnx:implementation", "flax", "flax", "flax"),
-    "haiku": Builtin("impls.haiku_impl:implementation", "haiku", "dm-haiku", "haiku"),
-    "equinox": Builtin("impls.equinox_impl:implementation", "equinox", "equinox", "equinox"),
+# What each built-in implementation needs, by entry-point name, in the order `cvae impls` lists
+# them: (framework module, its distribution, the pip extra that installs it). The names and
+# targets themselves are the `cvae_rosetta.impls` entry points of pyproject.toml.
+BUILTIN_FRAMEWORKS: dict[str, tuple[str, str, str | None]] = {
+    "pure_jax": ("jax", "jax", None),
+    "flax_linen": ("flax", "flax", "flax"),
+    "flax_nnx": ("flax", "flax", "flax"),
+    "haiku": ("haiku", "dm-haiku", "haiku"),
+    "equinox": ("equinox", "equinox", "equinox"),
 }
+
+
+def _builtin() -> dict[str, Builtin]:
+    """This distribution's own entry points (whether their frameworks are installed or not), with
+    what :data:`BUILTIN_FRAMEWORKS` says each needs; an entry point without a row there is listed
+    like one registered by another distribution."""
+    try:
+        entry_points = importlib.metadata.distribution(DISTRIBUTION).entry_points
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    targets = {ep.name: ep.value for ep in entry_points if ep.group == ENTRY_POINT_GROUP}
+    return {
+        name: Builtin(targets[name], *needs)
+        for name, needs in BUILTIN_FRAMEWORKS.items()
+        if name in targets
+    }
+
+
+BUILTIN: dict[str, Builtin] = _builtin()
 
 
 @dataclasses.dataclass(frozen=True)

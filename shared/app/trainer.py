@@ -9,7 +9,7 @@ epochs and across implementations.
 A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch, the epoch's step
 metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
 ``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly the steps it would have
-taken uninterrupted and makes exactly the same records (``shared/checkpoint.py``).
+taken uninterrupted and makes exactly the same records (``shared/app/checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared import parallel
-from shared.config import Config
-from shared.data import Dataset, EpochBatches, Split, eval_batches
-from shared.errors import ConfigError, CvaeError
-from shared.protocol import Implementation
-from shared.validation import Batch
+from cvae_rosetta.app.data import Dataset, EpochBatches, Split, eval_batches
+from cvae_rosetta.spec import parallel
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError, CvaeError
+from cvae_rosetta.spec.protocol import Implementation
+from cvae_rosetta.spec.validation import Batch
 
 METRICS = ("loss", "recon", "kl")
 Record = dict[str, Any]
@@ -115,6 +115,15 @@ def evaluate(
     return {name: total / len(split) for name, total in totals.items()}
 
 
+def check_debug_nans(debug_nans: bool, config: Config) -> None:
+    """``debug_nans`` checks the serial step only."""
+    if debug_nans and config.train.data_parallel != "none":
+        raise ConfigError(
+            "debug_nans: expected train.data_parallel none (it checks the serial step), got "
+            f"{config.train.data_parallel!r}"
+        )
+
+
 def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
     """Stop on the step whose ``checkify`` error says an operation made a NaN."""
     message = error.get()
@@ -123,7 +132,7 @@ def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
         lines = str(getattr(error.get_exception(), "traceback_info", "") or "").splitlines()
         here = next((line for line in lines if "/jax/" not in line and line.strip()), None)
         raise TrainingDiverged(
-            f"{getattr(impl, 'name', impl)}: --debug-nans: at step {t + 1} (epoch {epoch + 1}) "
+            f"{getattr(impl, 'name', impl)}: debug_nans: at step {t + 1} (epoch {epoch + 1}) "
             + " ".join(message.split()).rstrip(".")
             + (f" at {here.strip()}" if here else "")
         )
@@ -180,11 +189,7 @@ def train(
     batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
     plan = parallel.Plan.of(config)
     parallel.check_mechanism(plan.mechanism, impl)
-    if debug_nans and plan.mechanism != "none":
-        raise ConfigError(
-            "--debug-nans: expected --data-parallel none (it checks the serial step), got "
-            f"{plan.mechanism!r}"
-        )
+    check_debug_nans(debug_nans, config)
     emit = on_record or (lambda record: None)
     records: list[Record] = list(history)
     start = start or Progress.start()
@@ -242,8 +247,8 @@ def train(
                 raise TrainingDiverged(
                     f"{getattr(impl, 'name', impl)}: {bad[0]} at step {base + j + 1} "
                     f"(epoch {epoch + 1}); the run stopped there and kept what steps 1 to "
-                    f"{base + j} wrote; lower --learning-rate or --clip-norm, or rerun with "
-                    "--debug-nans to find the first operation that made it"
+                    f"{base + j} wrote; lower optim.learning_rate or optim.clip_norm, or rerun "
+                    "with debug_nans to find the first operation that made it"
                 )
             record({"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values})
             done.append(tuple(values[name] for name in METRICS))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shared.errors import InputError, field_error
+from cvae_rosetta.spec.errors import InputError, field_error
 
 
 class Batch(NamedTuple):

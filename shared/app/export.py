@@ -1,29 +1,26 @@
 """``cvae export``: a trained run's generator, encoder and decoder, serialised with ``jax.export``.
 
-Each function (:func:`shared.inference.model_functions`) is traced once with a symbolic batch
-dimension ``b`` and its trained parameters as constants, and written as a serialised
+Each function (:func:`cvae_rosetta.app.inference.model_functions`) is traced once with a symbolic
+batch dimension ``b`` and its trained parameters as constants, and written as a serialised
 ``jax.export.Exported`` (StableHLO inside; ``NAME.jax_exported``) beside its StableHLO text
 (``NAME.mlir``, to read). ``manifest.json`` gives every input's and output's shape and dtype, the
 model's sizes, the PRNG the generator's key belongs to, the platforms it was lowered for and the
-SHA-256 of every file. :mod:`shared.serving` loads and runs them with JAX alone. Serialisation
-needs the ``flatbuffers`` package.
+SHA-256 of every file. :mod:`cvae_rosetta.app.serving` loads and runs them with JAX alone.
+Serialisation needs the ``flatbuffers`` package.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from shared.errors import ConfigError, OutputError
+from cvae_rosetta import files
+from cvae_rosetta.spec.errors import ConfigError, OutputError
 
 FORMAT = "cvae-rosetta export"
 VERSION = 1
@@ -40,35 +37,18 @@ def check_platforms(text: Any) -> tuple[str, ...]:
     bad = [p for p in names if p not in PLATFORMS]
     if not names or bad:
         raise ConfigError(
-            f"--platforms: expected a comma-separated list of {', '.join(PLATFORMS)}, got {text!r}"
+            f"platforms: expected a comma-separated list of {', '.join(PLATFORMS)}, got {text!r}"
         )
     return names
 
 
 def check_out_dir(path: Any, *, overwrite: bool) -> Path:
     """A new or empty directory; with ``overwrite``, also a previous export (it has a manifest)."""
+    from cvae_rosetta.app import rundir
+
     if path is None:
-        raise OutputError("--out: expected a directory for the exported model, got none")
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out: expected a directory, got the existing file {out}")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise OutputError(
-                f"--out: expected an empty or new directory, got {out}, which is not empty "
-                "(pass --overwrite to replace a previous export there)"
-            )
-        if not (out / MANIFEST).is_file():
-            raise OutputError(
-                f"--out: {out} is not empty and holds no {MANIFEST}, so it is not a previous "
-                "export; refusing to overwrite it"
-            )
-    parent = out.parent if not out.exists() else out
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"--out: expected a writable location, got {out}")
-    return out
+        raise OutputError("out: expected a directory for the exported model, got none")
+    return rundir.check_out_dir(path, overwrite=overwrite, marker=MANIFEST, what="export")
 
 
 def _check_serialisation() -> None:
@@ -90,8 +70,9 @@ def _describe(name: str, aval: Any) -> dict[str, Any]:
 
 def export(trained: Any, out: Path, *, platforms: tuple[str, ...], overwrite: bool) -> dict:
     """Write the exported functions and ``manifest.json`` of ``trained`` (an
-    :class:`shared.inference.Trained`) into ``out``, all at once (a temporary directory renamed)."""
-    from shared import inference
+    :class:`cvae_rosetta.app.inference.Trained`) into ``out``, all at once (a temporary directory
+    renamed)."""
+    from cvae_rosetta.app import inference
 
     _check_serialisation()
     model = trained.config.model
@@ -104,17 +85,17 @@ def export(trained: Any, out: Path, *, platforms: tuple[str, ...], overwrite: bo
     }
     outputs = {"generator": ("images",), "encoder": ("mean", "logvar"), "decoder": ("images",)}
     functions = inference.model_functions(trained.impl, trained.state)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    # replaced only if it is a previous export (check_out_dir found it empty otherwise)
+    replace = overwrite and (out / MANIFEST).is_file()
+    with files.atomic_directory(out, overwrite=replace) as tmp:
         entries = {}
         for name, fn in functions.items():
             exported = jax.export.export(jax.jit(fn), platforms=platforms)(
                 *(spec for _, spec in inputs[name])
             )
             blob = bytes(exported.serialize())
-            (tmp / f"{name}{SUFFIX}").write_bytes(blob)
-            (tmp / f"{name}.mlir").write_text(exported.mlir_module())
+            files.write_bytes(tmp / f"{name}{SUFFIX}", blob)
+            files.write_text(tmp / f"{name}.mlir", exported.mlir_module())
             entries[name] = {
                 "file": f"{name}{SUFFIX}",
                 "sha256": hashlib.sha256(blob).hexdigest(),
@@ -143,14 +124,5 @@ def export(trained: Any, out: Path, *, platforms: tuple[str, ...], overwrite: bo
             "batch": "b: any number of rows >= 1",
             "functions": entries,
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists():
-            if overwrite and (out / MANIFEST).is_file():
-                shutil.rmtree(out)
-            else:
-                out.rmdir()  # empty, as check_out_dir found it
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        files.write_json(tmp / MANIFEST, manifest)
     return manifest

@@ -1,0 +1,298 @@
+"""A whole run from Python: :func:`train_and_evaluate` and :func:`resume`.
+
+``cvae train`` is these two calls and nothing else: the CLI parses its flags into a
+:class:`~cvae_rosetta.spec.config.Config`, a work directory and :class:`Options`, and calls one of
+them. Everything a run does lives here: the checks made before anything is written, the data set,
+the devices, the checkpoints, the pictures, the final parameters and the evaluation::
+
+    from cvae_rosetta.app.train import Options, train_and_evaluate
+    from cvae_rosetta.spec.config import Config, TrainConfig
+
+    outcome = train_and_evaluate(Config(train=TrainConfig(epochs=5)), "runs/nnx",
+                                 Options(impl="flax_nnx"))
+    print(outcome.summary["test_loss"], outcome.evaluation["neg_iwae"])
+
+Errors name config fields (``train.data_parallel``) and :class:`Options` fields
+(``checkpoint_every``); the CLI shows them as its flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cvae_rosetta.app import checkpoint, evaluate, images, rundir
+from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app.trainer import RunKeys, TrainResult, check_debug_nans, train
+from cvae_rosetta.spec import parallel, protocol
+from cvae_rosetta.spec.config import Config
+from cvae_rosetta.spec.errors import ConfigError
+
+STOPPED = 130  # the exit status of a run stopped by a signal, with a checkpoint written
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a run is carried out, beside what it computes (the :class:`Config`)."""
+
+    impl: str = "pure_jax"  # a built-in name or "module:attribute"
+    checkpoint_every: int = checkpoint.DEFAULT_EVERY  # steps between checkpoints; 0: at the end
+    keep_checkpoints: int = checkpoint.DEFAULT_KEEP
+    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES  # of the importance-weighted bound
+    debug_nans: bool = False  # every step under checkify (serial runs only)
+    progress: bool = True  # a progress bar
+    overwrite: bool = False  # replace a previous run directory (one with a config.json)
+    latest_good: bool = False  # resume: skip damaged newest checkpoints
+
+    def check(self, config: Config) -> Options:
+        """Refuse bad options before anything is read or written."""
+        checkpoint.check_options(self.checkpoint_every, self.keep_checkpoints)
+        evaluate.check_iw_samples(self.iw_samples)
+        check_debug_nans(self.debug_nans, config)
+        return self
+
+
+@dataclass
+class Outcome:
+    """What a run did: where, with which implementation, its final figures and files."""
+
+    workdir: Path
+    impl: str
+    dataset: str
+    config: Config
+    result: TrainResult
+    summary: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal before its last epoch (a checkpoint was written)."""
+        return self.result.stopped
+
+
+def fit_to_data(config: Config, given: Collection[str] = ()) -> tuple[Config, Dataset]:
+    """Load the data set and fit the model's input and label counts to it. A field named in
+    ``given`` (``model.input_dim``, ``model.num_classes``) was set on purpose and must match."""
+    from cvae_rosetta.app import data
+
+    dataset = data.load(config.data)
+    model = config.model
+    for name, actual, what in (
+        ("input_dim", dataset.input_dim, "features"),
+        ("num_classes", dataset.num_classes, "classes"),
+    ):
+        if f"model.{name}" in given and getattr(model, name) != actual:
+            raise ConfigError(
+                f"model.{name}: expected {actual} (the {what} of {dataset.name}), "
+                f"got {getattr(model, name)}"
+            )
+    config = config.replace(
+        model=model.replace(input_dim=dataset.input_dim, num_classes=dataset.num_classes)
+    )
+    data.check_batch_size(dataset, config.data.batch_size)
+    return config, dataset
+
+
+def start_devices(config: Config, cluster: Any = None) -> None:
+    """Arrange host devices (``train.devices`` on a CPU) and join a distributed run, before
+    anything touches a JAX device."""
+    if cluster is not None:
+        cluster.start()
+    elif config.train.devices > 1:
+        parallel.arrange_cpu_devices(config.train.devices)
+
+
+def train_and_evaluate(
+    config: Config,
+    workdir: str | Path,
+    options: Options = Options(),
+    *,
+    given: Collection[str] = (),
+    cluster: Any = None,
+) -> Outcome:
+    """Train ``options.impl`` on ``config`` into the new run directory ``workdir``, then write its
+    pictures, parameters, summary and evaluation.
+
+    ``workdir`` must not exist or be empty (or be a previous run with ``options.overwrite``);
+    it is checked, like the options, the implementation and the data, before anything is written.
+    ``given``: config fields set on purpose (see :func:`fit_to_data`). ``cluster``: this process's
+    place in a ``jax.distributed`` run (:class:`cvae_rosetta.app.distributed.Cluster`); only
+    process 0 writes.
+    """
+    options.check(config)
+    if cluster is not None:
+        config = cluster.config
+    impl = protocol.load(options.impl)
+    writer = cluster is None or cluster.process_id == 0  # the one process that writes outputs
+    out = rundir.check_out_dir(workdir, overwrite=options.overwrite) if writer else None
+    start_devices(config, cluster)
+    config, dataset = fit_to_data(config, given)
+    keys = RunKeys.from_seed(config.train.seed)
+    state = impl.init(keys.init, config)
+    if not writer:
+        result = train(impl, state, config, dataset, keys, progress=False)
+        return Outcome(Path(workdir), impl.name, dataset.name, config, result)
+    rundir.make_out_dir(out, overwrite=options.overwrite)
+    rundir.save_config(out, config, command="train", impl=options.impl)
+    return _train_into(out, impl, state, config, dataset, keys, options, cluster=cluster)
+
+
+def resume(
+    workdir: str | Path,
+    options: Options | None = None,
+    *,
+    changes: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Go on with the run in ``workdir`` from its latest checkpoint (bit for bit), with
+    ``options.impl`` if given (any implementation: checkpoints are canonical) or the run's own.
+
+    ``changes``: config fields to change, as ``{"train.epochs": 60}``; only ``train.epochs``,
+    ``train.data_parallel``, ``train.devices`` and ``data.data_dir`` may change, and any other
+    change is refused naming every differing field. ``options.impl`` defaults to the run's own.
+    """
+    options = options or Options(impl="")
+    opened = checkpoint.Resume.open(workdir, latest_good=options.latest_good)
+    config = _changed(opened.config, changes or {}, what=f"the run in {opened.directory}")
+    options = dataclasses.replace(options, impl=options.impl or opened.run["impl"]).check(config)
+    impl = protocol.load(options.impl)
+    start_devices(config)
+    opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
+    config, dataset = fit_to_data(config, set(changes or {}))
+    records = opened.check(config, dataset)
+    state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
+    for step, reason in opened.damaged:
+        aside = opened.directory / checkpoint.DAMAGED_DIR
+        print(
+            f"warning: checkpoint {step} is damaged ({reason}); moved to {aside}", file=sys.stderr
+        )
+    opened.prepare(records, config, impl.name)
+    progress = opened.checkpoint.progress
+    position = progress.position
+    by = "" if impl.name == opened.checkpoint.impl else f" (written by {opened.checkpoint.impl})"
+    print(
+        f"{impl.name}: resuming {opened.directory} at step {position.step} (epoch "
+        f"{position.epoch + 1}, batch {position.batch}){by}"
+    )
+    if position.epoch >= config.train.epochs:
+        print(f"  nothing left to train in {config.train.epochs} epochs (train.epochs extends it)")
+    return _train_into(
+        opened.directory,
+        impl,
+        state,
+        config,
+        dataset,
+        opened.checkpoint.keys,
+        options,
+        start=progress,
+        history=records,
+    )
+
+
+def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config:
+    """``stored`` with ``changes`` (``section.field -> value``) applied; a change the checkpoint
+    cannot follow (the model, the loss, the optimiser, the data) is refused."""
+    data = stored.to_dict()
+    for name, value in changes.items():
+        section, _, key = name.partition(".")
+        if section not in data or key not in data[section]:
+            raise ConfigError(f"changes: expected config fields like 'train.epochs', got {name!r}")
+        data[section][key] = list(value) if isinstance(value, tuple) else value
+    config = Config.from_dict(data)
+    checkpoint.refuse_config_changes(stored, config, what=what)
+    return config
+
+
+def _train_into(
+    out: Path,
+    impl: Any,
+    state: Any,
+    config: Config,
+    dataset: Dataset,
+    keys: RunKeys,
+    options: Options,
+    *,
+    cluster: Any = None,
+    start: Any = None,
+    history: Any = (),
+) -> Outcome:
+    """Train with metrics and checkpoints written as it goes; then, unless stopped, the final
+    pictures, parameters, summary and evaluation."""
+    log = rundir.MetricsLog(out / rundir.METRICS_FILE)
+    saver = checkpoint.Saver(out, impl, config, keys, dataset, keep=options.keep_checkpoints)
+    # Ctrl-C stops one process gracefully; the others of a distributed run would wait for it
+    stopper = checkpoint.GracefulStop() if cluster is None else contextlib.nullcontext(None)
+    try:
+        with stopper as stop:
+            result = train(
+                impl,
+                state,
+                config,
+                dataset,
+                keys,
+                on_record=log,
+                progress=options.progress,
+                desc=impl.name,
+                start=start,
+                history=history,
+                on_checkpoint=saver,
+                checkpoint_every=options.checkpoint_every,
+                should_stop=stop,
+                debug_nans=options.debug_nans,
+            )
+    finally:
+        log.close()
+        saver.close()
+    outcome = Outcome(out, impl.name, dataset.name, config, result)
+    if result.stopped:
+        return outcome
+    rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
+    images.metric_panels(
+        {impl.name: rundir.curves_of(result.records)},
+        out / rundir.CURVES_FILE,
+        title=f"{impl.name} on {dataset.name}",
+    )
+    outcome.summary = {
+        "impl": impl.name,
+        **result.final(),
+        "compile_seconds": result.compile_seconds,
+        "steps_per_second": result.steps_per_second,
+    }
+    rundir.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
+    rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
+    outcome.evaluation = evaluate.evaluate(
+        impl, result.state, dataset, config.train.seed, iw_samples=options.iw_samples, out=out
+    )
+    rundir.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
+    outcome.written = [*rundir.RUN_FILES, *rundir.EVALUATION_FILES]
+    return outcome
+
+
+def describe(outcome: Outcome) -> str:
+    """The lines ``cvae train`` prints at the end of a finished run."""
+    final, result = outcome.summary, outcome.result
+    return "\n".join(
+        [
+            f"{outcome.impl} on {outcome.dataset}: {outcome.config.train.epochs} epochs, "
+            f"{final['step']} steps, {result.steps_per_second:.0f} steps/s, first compile "
+            f"{result.compile_seconds:.2f} s",
+            f"  train loss {final['train_loss']:.3f}   test loss {final['test_loss']:.3f} "
+            f"(recon {final['test_recon']:.3f}, kl {final['test_kl']:.3f})",
+            evaluate.describe(outcome.evaluation),
+            f"  wrote {outcome.workdir}/: {' '.join(outcome.written)}",
+        ]
+    )
+
+
+def describe_stop(outcome: Outcome, resume_command: Callable[[Path], str]) -> str:
+    """The line for a run stopped by a signal: where it stopped and how to go on."""
+    position = outcome.result.progress.position
+    return (
+        f"{outcome.impl} stopped at step {position.step} (epoch {position.epoch + 1}, batch "
+        f"{position.batch}), checkpoint written; go on with: {resume_command(outcome.workdir)}"
+    )

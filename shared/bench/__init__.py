@@ -1,0 +1,2 @@
+"""The benchmark harness behind ``cvae bench``: it measures, writes a result file, and renders
+it."""

@@ -1,0 +1,32 @@
+"""Selection by marker before import.
+
+tox picks the project's tests by marker (``-m docs``, ``-m "not (...)"``; see tox.ini). A module
+whose ``pytestmark`` the ``-m`` expression deselects is not even imported here: several of them
+skip at import time where their framework or browser is missing, and that skip would otherwise be
+reported by every environment that deselects them anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from _pytest.mark.expression import Expression
+
+MODULE_MARK = re.compile(r"^pytestmark = (.+)$", re.MULTILINE)
+
+
+def module_marks(path: Path) -> set[str]:
+    """The marker names of a test module's ``pytestmark = ...`` line, read from its text."""
+    found = MODULE_MARK.search(path.read_text(encoding="utf-8"))
+    return set(re.findall(r"pytest\.mark\.(\w+)", found.group(1))) if found else set()
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    expression = config.getoption("markexpr")
+    if not expression or collection_path.suffix != ".py" or collection_path.name == "conftest.py":
+        return None
+    marks = module_marks(collection_path)
+    if marks and not Expression.compile(expression).evaluate(lambda name, **_: name in marks):
+        return True
+    return None
