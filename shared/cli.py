@@ -93,6 +93,17 @@ OPTION_FLAGS = {
     "port": "--port",
     "timeout": "--timeout",
     "overwrite=True": "--overwrite",
+    # cvae bench's settings
+    "batch_sizes": "--batch-sizes",
+    "rounds": "--rounds",
+    "steps": "--steps",
+    "epoch_examples": "--epoch-examples",
+    "unrolls": "--unrolls",
+    "devices": "--devices",
+    "mechanisms": "--mechanisms",
+    "parallel_batch": "--parallel-batch",
+    "parallel_impls": "--parallel-impls",
+    "roof_size": "--roof-size",
 }
 FIELD_PATTERN = re.compile(r"(?<![\w.])(?:data|train|model|loss|optim)\.\w+")
 FIELD_LEAD = re.compile(FIELD_PATTERN.pattern + r"(?:\[\d+\])?")  # model.encoder_dims[1]
@@ -467,10 +478,9 @@ def _need_run(args: argparse.Namespace) -> str:
 def cmd_convert(args: argparse.Namespace) -> int:
     from cvae_rosetta.app import checkpoint
 
-    out = checkpoint.check_out_file(args.out, suffixes=(".npz",), overwrite=args.overwrite)
-    if args.step is not None and (not isinstance(args.step, int) or args.step < 0):
-        raise ConfigError(f"--step: expected an integer >= 0, got {args.step!r}")
-    meta = checkpoint.convert(_need_run(args), out, step=args.step)
+    out, meta = checkpoint.convert(
+        _need_run(args), args.out, step=args.step, overwrite=args.overwrite
+    )
     what = (
         "parameters only (the run has no checkpoints)"
         if meta.get("params_only")
@@ -481,42 +491,46 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import checkpoint, inference
+    from cvae_rosetta.app import inference
 
-    n = inference.check_count(args.n)
-    seed = inference.check_seed(args.seed)
-    out = checkpoint.check_out_file(args.out, suffixes=(".png", ".npz"), overwrite=args.overwrite)
-    trained = inference.load_trained(_need_run(args), args.impl)
-    labels = inference.check_labels(args.label, trained.config.model.num_classes)
-    images, c = inference.sample(trained, labels, n, seed)
-    inference.write_samples(trained, out, images, c)
-    print(f"wrote {out}: {len(c)} samples of label(s) {args.label} from {trained.source}")
+    out, trained, count = inference.sample_run(
+        _need_run(args),
+        args.out,
+        args.label,
+        count=args.n,
+        seed=args.seed,
+        impl=args.impl,
+        overwrite=args.overwrite,
+    )
+    print(f"wrote {out}: {count} samples of label(s) {args.label} from {trained.source}")
     return 0
 
 
 def cmd_reconstruct(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import checkpoint, inference
+    from cvae_rosetta.app import inference
 
-    n = inference.check_count(args.n)
-    out = checkpoint.check_out_file(args.out, suffixes=(".png", ".npz"), overwrite=args.overwrite)
-    trained = inference.load_trained(_need_run(args), args.impl)
-    x, c, recon = inference.reconstruct(trained, n)
-    inference.write_reconstructions(trained, out, x, c, recon)
-    print(f"wrote {out}: {len(c)} test examples and their reconstructions from {trained.source}")
+    out, trained, count = inference.reconstruct_run(
+        _need_run(args), args.out, count=args.n, impl=args.impl, overwrite=args.overwrite
+    )
+    print(f"wrote {out}: {count} test examples and their reconstructions from {trained.source}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import export, inference
+    from cvae_rosetta.app import export
 
-    platforms = export.check_platforms(args.platforms)
-    out = export.check_out_dir(args.out, overwrite=args.overwrite)
-    trained = inference.load_trained(_need_run(args), args.impl)
-    manifest = export.export(trained, out, platforms=platforms, overwrite=args.overwrite)
+    out, manifest = export.export_run(
+        _need_run(args),
+        args.out,
+        platforms=args.platforms,
+        impl=args.impl,
+        overwrite=args.overwrite,
+    )
     names = " ".join(f"{e['file']}" for e in manifest["functions"].values())
     print(
         f"wrote {out}/: {export.MANIFEST} {names} (and .mlir), batch dimension symbolic, for "
-        f"{', '.join(platforms)}; load with cvae_rosetta.app.serving.load({str(out)!r})"
+        f"{', '.join(manifest['platforms'])}; load with "
+        f"cvae_rosetta.app.serving.load({str(out)!r})"
     )
     return 0
 
@@ -608,31 +622,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from cvae_rosetta.bench import harness as bench
 
     settings = bench.settings_from_flags(
-        quick=args.quick,
-        **{
-            name: getattr(args, name)
-            for name in (
-                "batch_sizes",
-                "rounds",
-                "steps",
-                "epoch_examples",
-                "unrolls",
-                "devices",
-                "mechanisms",
-                "parallel_batch",
-                "parallel_impls",
-                "impls",
-                "roof_size",
-            )
-        },
+        quick=args.quick, **{name: getattr(args, name) for name in bench.SETTING_FLAGS}
     )
-    impls = bench.resolve_impls(settings)
-    out = bench.check_out_dir(args.out or _default_out("bench"), overwrite=args.overwrite)
-    bench.arrange_devices(settings)  # before anything touches a JAX device
-    result = bench.run(
-        settings, impls, progress=not args.no_progress, command=["cvae", *sys.argv[1:]]
+    out, result, written = bench.benchmark(
+        settings,
+        args.out or _default_out("bench"),
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        command=["cvae", *sys.argv[1:]],
     )
-    written = bench.write(out, result, overwrite=args.overwrite)
     print(bench.describe(result))
     print(f"wrote {out}/: {' '.join(written)}")
     return 0

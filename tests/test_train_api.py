@@ -121,3 +121,25 @@ def test_cvae_train_is_train_and_evaluate_plus_parsing(tmp_path, monkeypatch, ca
     assert options == Options(impl="flax_nnx", checkpoint_every=7, progress=False)
     assert given == {"train.epochs", "model.latent_dim"}
     assert cluster is None
+
+
+def test_the_other_commands_are_functions_too(tmp_path):
+    from cvae_rosetta.app import checkpoint, export, inference
+
+    run_dir = tmp_path / "run"
+    train_and_evaluate(CONFIG, run_dir, QUIET)
+    path, trained, count = inference.sample_run(run_dir, tmp_path / "s.npz", [3, 7], count=2)
+    assert count == 4 and trained.impl.name == "pure_jax"
+    with np.load(path) as arrays:
+        assert arrays["images"].shape == (4, 64) and list(arrays["labels"]) == [3, 3, 7, 7]
+    path, _, count = inference.reconstruct_run(run_dir, tmp_path / "r.png", count=5)
+    assert path.is_file() and count == 5
+    path, meta = checkpoint.convert(run_dir, tmp_path / "c.npz")
+    assert path.is_file() and meta["impl"] == "pure_jax"
+    path, manifest = export.export_run(run_dir, tmp_path / "exported", platforms="cpu")
+    assert (path / export.MANIFEST).is_file() and manifest["platforms"] == ["cpu"]
+    with pytest.raises(ConfigError, match="^count: expected an integer in"):
+        inference.sample_run(run_dir, tmp_path / "t.npz", [1], count=0)
+    with pytest.raises(ConfigError, match=r"^labels: expected labels in \[0, 10\)"):
+        inference.sample_run(run_dir, tmp_path / "t.npz", [12])
+    assert not (tmp_path / "t.npz").exists()

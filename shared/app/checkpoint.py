@@ -873,11 +873,16 @@ def read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return flat, metadata
 
 
-def convert(run_dir: Any, out: Path, *, step: int | None = None) -> dict[str, Any]:
+def convert(
+    run_dir: Any, out: Any, *, step: Any = None, overwrite: bool = False
+) -> tuple[Path, dict[str, Any]]:
     """``cvae convert``: a run's checkpoint (or, without any, its ``params.npz``) as one canonical
-    NPZ; returns its metadata."""
+    NPZ at ``out``; returns the path and its metadata."""
     from cvae_rosetta.app import rundir as run
 
+    out = check_out_file(out, suffixes=(".npz",), overwrite=overwrite)
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ConfigError(f"step: expected an integer >= 0, got {step!r}")
     path, data, config = read_run(run_dir)
     if has_checkpoints(path):
         checkpoint = latest_of_run(path, step=step)
@@ -907,7 +912,7 @@ def convert(run_dir: Any, out: Path, *, step: int | None = None) -> dict[str, An
             "source": {"run": str(path), "params": "params.npz"},
         }
     write_npz(out, flat, meta)
-    return meta
+    return out, meta
 
 
 def load_npz(path: Any) -> Checkpoint | dict[str, Any]:

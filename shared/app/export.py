@@ -126,3 +126,22 @@ def export(trained: Any, out: Path, *, platforms: tuple[str, ...], overwrite: bo
         }
         files.write_json(tmp / MANIFEST, manifest)
     return manifest
+
+
+def export_run(
+    run_dir: Any,
+    out: Any,
+    *,
+    platforms: Any = None,
+    impl: str | None = None,
+    overwrite: bool = False,
+) -> tuple[Path, dict]:
+    """``cvae export``: the trained model of the run in ``run_dir`` exported into the directory
+    ``out`` for ``platforms`` (comma-separated; default this machine's). Everything is checked
+    before anything is traced. Returns the directory and its manifest."""
+    from cvae_rosetta.app import inference
+
+    platforms = check_platforms(platforms)
+    path = check_out_dir(out, overwrite=overwrite)
+    trained = inference.load_trained(run_dir, impl)
+    return path, export(trained, path, platforms=platforms, overwrite=overwrite)

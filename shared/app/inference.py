@@ -202,3 +202,47 @@ def write_reconstructions(trained: Trained, out: Path, x: Any, c: Any, recon: An
         images.reconstruction_grid(
             x, recon, trained.image_shape, out, title=f"{name}: reconstructions"
         )
+
+
+# --- the commands, as functions ------------------------------------------------------------------
+
+
+def sample_run(
+    run_dir: Any,
+    out: Any,
+    labels: Any,
+    *,
+    count: Any = 16,
+    seed: Any = None,
+    impl: str | None = None,
+    overwrite: bool = False,
+) -> tuple[Path, Trained, int]:
+    """``cvae sample``: ``count`` images of each label (one label, a comma-separated string of
+    them, or a list) from the run in ``run_dir``, written to ``out`` (``.png`` grid or ``.npz``).
+    Everything is checked before anything is computed. Returns the path, the model, the count."""
+    from cvae_rosetta.app import checkpoint
+
+    count = check_count(count)
+    seed = check_seed(seed)
+    path = checkpoint.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
+    trained = load_trained(run_dir, impl)
+    text = ",".join(map(str, labels)) if isinstance(labels, (list, tuple)) else labels
+    wanted = check_labels(text, trained.config.model.num_classes)
+    images_, c = sample(trained, wanted, count, seed)
+    write_samples(trained, path, images_, c)
+    return path, trained, len(c)
+
+
+def reconstruct_run(
+    run_dir: Any, out: Any, *, count: Any = 16, impl: str | None = None, overwrite: bool = False
+) -> tuple[Path, Trained, int]:
+    """``cvae reconstruct``: the first ``count`` test examples of the run's data set and their
+    reconstructions, written to ``out`` (``.png`` grid or ``.npz``)."""
+    from cvae_rosetta.app import checkpoint
+
+    count = check_count(count)
+    path = checkpoint.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
+    trained = load_trained(run_dir, impl)
+    x, c, recon = reconstruct(trained, count)
+    write_reconstructions(trained, path, x, c, recon)
+    return path, trained, len(c)

@@ -168,6 +168,39 @@ def _names(flag: str, text: Any, choices: Sequence[str] | None = None) -> tuple[
     return names
 
 
+# The settings a user may give as text (the flags of ``cvae bench``, without the dashes).
+SETTING_FLAGS = (
+    "batch_sizes",
+    "rounds",
+    "steps",
+    "epoch_examples",
+    "unrolls",
+    "devices",
+    "mechanisms",
+    "parallel_batch",
+    "parallel_impls",
+    "impls",
+    "roof_size",
+)
+
+
+def benchmark(
+    settings: Settings,
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    command: Sequence[str] | None = None,
+) -> tuple[Path, dict[str, Any], list[str]]:
+    """A whole ``cvae bench``: the implementations and ``out`` checked, the devices arranged, every
+    measurement made and written into ``out``; the path, the result and the names written."""
+    impls = resolve_impls(settings)
+    path = check_out_dir(out, overwrite=overwrite)
+    arrange_devices(settings)  # before anything touches a JAX device
+    result = run(settings, impls, progress=progress, command=command)
+    return path, result, write(path, result, overwrite=overwrite)
+
+
 def settings_from_flags(
     *,
     quick: bool = False,
@@ -185,7 +218,7 @@ def settings_from_flags(
     model: ModelConfig | None = None,
 ) -> Settings:
     """The settings the flags describe (text as typed, ``None`` where not given), refused with
-    ``FLAG: expected ..., got ...`` where a value does not parse or does not fit the others.
+    ``setting: expected ..., got ...`` where a value does not parse or does not fit the others.
     ``quick`` starts from :data:`QUICK` instead of the defaults; given flags override either."""
     values: dict[str, Any] = dict(QUICK) if quick else {}
     parsers: dict[str, Callable[[str, Any], Any]] = {
@@ -216,13 +249,13 @@ def settings_from_flags(
     )
     for name, text in given.items():
         if text is not None:
-            values[name] = parsers[name]("--" + name.replace("_", "-"), text)
+            values[name] = parsers[name](name, text)
     if "unrolls" in values:  # the per-call overhead needs the plain scan
         values["unrolls"] = tuple(dict.fromkeys((1, *values["unrolls"])))
     settings = Settings(quick=quick, model=model or ModelConfig(), **values)
     if settings.parallel_batch % math.lcm(*settings.devices):
         raise ConfigError(
-            f"--parallel-batch: expected a multiple of every --devices count "
+            f"parallel_batch: expected a multiple of every count in devices "
             f"({', '.join(map(str, settings.devices))}), got {settings.parallel_batch}"
         )
     return settings
@@ -240,7 +273,7 @@ def resolve_impls(settings: Settings) -> dict[str, Any]:
     for name in settings.parallel_impls or ():
         if name not in impls:
             raise ConfigError(
-                f"--parallel-impls: expected names among the benchmarked implementations "
+                f"parallel_impls: expected names among the benchmarked implementations "
                 f"({', '.join(impls)}), got {name!r}"
             )
     return {getattr(impl, "name", key): impl for key, impl in impls.items()}
@@ -258,7 +291,7 @@ def arrange_devices(settings: Settings) -> None:
         parallel.arrange_cpu_devices(count)
     if jax.device_count() < count:
         raise ConfigError(
-            f"--devices: expected at most {jax.device_count()} (the {jax.default_backend()} "
+            f"devices: expected at most {jax.device_count()} (the {jax.default_backend()} "
             f"devices JAX sees), got {count}"
         )
 
