@@ -161,7 +161,8 @@ def test_the_checks_run_first_are_checks_of_the_suite():
     for check in FIRST:
         module, _, function = check.partition("::")
         assert f"conformance.{module}" in modules(), check
-        assert callable(getattr(importlib.import_module(f"conformance.{module}"), function)), check
+        found = importlib.import_module(f"cvae_rosetta.conformance.{module}")
+        assert callable(getattr(found, function)), check
 
 
 def _record(*checks, exitstatus=1, independent=()):
