@@ -1,9 +1,18 @@
-"""What the conformance tests share: a small model, inputs, and parameters drawn by the suite.
+"""What the conformance tests share: a small model, inputs, and parameters drawn by the suite;
+fresh copies of them for every check; and the messages of failures.
 
-Everything here comes from the spec alone, never from an implementation.
+Everything here comes from the spec alone, never from an implementation. Failures say in a plain
+first line what was seen against what the spec says (:func:`mismatch`, :func:`refusal`), naming
+the mistake where a known one explains it (:func:`explain_ratio` and the ``*_mistake`` functions):
+the conformance plugin's diagnosis shows that line.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -111,3 +120,638 @@ def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
             optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
         ),
     )
+
+
+# --- arrays of its own ----------------------------------------------------------------------------
+# An implementation may keep, donate or delete what it is given (a ``from_canonical`` that keeps
+# the caller's arrays lets a donated step delete them). Every check therefore gets arrays of its
+# own: the drawn values are kept here and never handed out; each call returns new buffers.
+
+
+def fresh(tree: Any) -> Any:
+    """``tree`` with every array leaf in a new buffer of its own (PRNG keys included)."""
+
+    def copy(leaf):
+        if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            data = jnp.array(jax.random.key_data(leaf), copy=True)
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
+        if isinstance(leaf, (jax.Array, np.ndarray)):
+            return jnp.array(leaf, copy=True)
+        return leaf
+
+    return jax.tree.map(copy, tree)
+
+
+@functools.cache
+def _drawn_params(seed: int, model: ModelConfig) -> dict:
+    return reference_params(jax.random.key(seed), model)
+
+
+@functools.cache
+def _drawn_batch(seed: int, b: int, model: ModelConfig) -> Batch:
+    return make_batch(jax.random.key(seed), b, model)
+
+
+def suite_params(seed: int = 42, model: ModelConfig = MODEL) -> dict:
+    """``reference_params(key(seed), model)``, in new buffers on every call."""
+    return fresh(_drawn_params(seed, model))
+
+
+def suite_batch(seed: int = 7, b: int = B, model: ModelConfig = MODEL) -> Batch:
+    """``make_batch(key(seed), b, model)``, in new buffers on every call."""
+    return fresh(_drawn_batch(seed, b, model))
+
+
+def copy_to_host(tree: Any) -> Any:
+    """``tree`` as NumPy arrays of their own (never views of a device buffer): what the caller
+    held, to compare with after the implementation had its arrays."""
+    return jax.tree.map(lambda leaf: np.array(leaf, copy=True), tree)
+
+
+# --- messages that name what was seen and what the spec says -------------------------------------
+# The first line of every failure is a plain sentence (the plugin's diagnosis shows it): which
+# output or term, what it was against what the spec says, and where a simple factor or a known
+# mistake explains the difference, that mistake.
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """An axis a quantity is reduced over, and how the spec reduces it (``sum`` or ``mean``)."""
+
+    label: str  # "pixels", "the batch", "latent dimensions"
+    size: int
+    spec: str  # "sum" or "mean"
+
+
+def loss_axes(kind: str, term: str, b: int, model: ModelConfig) -> tuple[Axis, ...]:
+    """The spec's reductions of ``recon`` or ``kl`` (SPEC section 4): Bernoulli sums over pixels
+    and latent dimensions and averages over the batch; ``mse`` averages over every element."""
+    inner = (
+        ("pixels", model.input_dim) if term == "recon" else ("latent dimensions", model.latent_dim)
+    )
+    return (
+        Axis(*inner, "sum" if kind == "bernoulli" else "mean"),
+        Axis("the batch", b, "mean"),
+    )
+
+
+def _fraction(factor: float) -> str:
+    if factor >= 1:
+        return f"{factor:g} times"
+    inverse = 1.0 / factor
+    if abs(inverse - round(inverse)) < 1e-9:
+        return f"1/{round(inverse)} of"
+    return f"{factor:.4g} times"
+
+
+def _candidates(axes: tuple[Axis, ...], notes: dict[float, str]) -> list[tuple[float, str, str]]:
+    """``(factor, how it reads, what would cause it)``: the reductions the spec does not do."""
+    found = []
+    single = []
+    for axis in axes:
+        if axis.size < 2:
+            continue
+        if axis.spec == "sum":
+            single.append((1.0 / axis.size, f"a mean over {axis.label} where the spec sums"))
+        else:
+            single.append((float(axis.size), f"a sum over {axis.label} where the spec averages"))
+    found += [(f, _fraction(f), why) for f, why in single]
+    for i, (f1, why1) in enumerate(single):
+        for f2, why2 in single[i + 1 :]:
+            found.append((f1 * f2, _fraction(f1 * f2), f"{why1}, and {why2}"))
+    generic = {
+        2.0: "twice",
+        0.5: "half",
+        -1.0: "the opposite sign of",
+        -2.0: "-2 times",
+        -0.5: "-1/2 of",
+    }
+    for factor, reads in generic.items():
+        found.append((factor, reads, notes.get(factor, "")))
+    for factor, why in notes.items():
+        if factor not in generic:
+            found.append((factor, _fraction(factor), why))
+    return found
+
+
+def explain_ratio(
+    name: str,
+    got: float,
+    want: float,
+    axes: tuple[Axis, ...] = (),
+    notes: dict[float, str] | None = None,
+    rtol: float = 1e-3,
+    show: bool = True,
+) -> str | None:
+    """A sentence for ``got = factor * want`` when the factor is one a plausible mistake makes: a
+    reduction over one of ``axes`` the spec does not do (``recon is 1/64 of the reference: a mean
+    over pixels where the spec sums``), a factor of 2, 1/2 or -1 (``notes`` may say what would
+    cause one, or add factors of their own); None when no such factor fits within ``rtol``."""
+    notes = notes or {}
+    got, want = float(got), float(want)
+    if not (np.isfinite(got) and np.isfinite(want)) or want == 0.0:
+        return None
+    ratio = got / want
+    for factor, reads, why in _candidates(axes, notes):
+        if abs(ratio / factor - 1.0) <= rtol:
+            seen = f" ({got:.6g} against {want:.6g})" if show else ""
+            return f"{name} is {reads} the reference{seen}" + (f": {why}" if why else "")
+    return None
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> str:
+    if not shape:
+        return ""
+    return " at [" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]"
+
+
+def where_max(values: Any) -> str:
+    """`` at [i, j]``: where an array is largest."""
+    values = np.asarray(values)
+    return _index(int(np.argmax(values)), values.shape)
+
+
+def _tolerance(rtol: float, atol: float) -> str:
+    return f"rtol {rtol:g}" + (f", atol {atol:.3g}" if atol else "")
+
+
+def mismatch(
+    got: Any,
+    want: Any,
+    what: str,
+    *,
+    rtol: float,
+    atol: float = 0.0,
+    axes: tuple[Axis, ...] = (),
+    notes: dict[float, str] | None = None,
+    explain: Callable[[], str | None] | None = None,
+    against: str = "the float64 reference",
+) -> str | None:
+    """None when ``got`` equals ``want`` within ``|got - want| <= atol + rtol |want|`` (NumPy's
+    rule) everywhere; otherwise the message of the failure, its first line a plain sentence:
+
+    - non-finite values where ``want`` is finite: how many, and the first;
+    - ``explain()``, when the caller knows a cause that fits (it runs only on a failure);
+    - all zeros where ``want`` is not;
+    - ``got`` proportional to ``want`` by a factor a plausible mistake makes (:func:`explain_ratio`,
+      on the best-fitting scale, for arrays when the fit is exact to 1e-3);
+    - else ``what`` differs, by how much and where.
+    """
+    g = np.asarray(got, dtype=np.float64)
+    w = np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape:
+        return f"{what} has shape {g.shape} where {against} has {w.shape}"
+    scalar = g.ndim == 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite_w = np.isfinite(w)
+        broken = finite_w & ~np.isfinite(g)
+        close = np.abs(g - w) <= atol + rtol * np.abs(w)
+        close |= (g == w) & ~finite_w  # the same infinity
+    if close.all() and not broken.any():
+        return None
+    detail = []
+    if broken.any():
+        first = int(np.flatnonzero(broken)[0])
+        kinds = sorted({"NaN" if np.isnan(v) else "inf" for v in g.ravel()[broken.ravel()]})
+        if scalar:
+            line = f"{what} is {g.item()} where {against} is {w.item():.6g}"
+        else:
+            line = (
+                f"{what} has {int(broken.sum())} {'/'.join(kinds)} entries where {against} "
+                f"is finite, the first{_index(first, g.shape)}: {g.ravel()[first]} against "
+                f"{w.ravel()[first]:.6g}"
+            )
+        return line
+    first_line = explain() if explain is not None else None
+    if first_line is None and not scalar and np.all(g == 0) and np.any(w != 0):
+        first_line = (
+            f"{what} is all zeros; in {against} it is not (entries up to {np.abs(w).max():.3g})"
+        )
+    if first_line is None:
+        if scalar:
+            first_line = explain_ratio(what, g.item(), w.item(), axes, notes)
+        else:
+            den = float(np.sum(w * w))
+            if den > 0:
+                scale = float(np.sum(g * w)) / den
+                if np.linalg.norm(g - scale * w) <= 1e-3 * abs(scale) * np.sqrt(den):
+                    first_line = explain_ratio(
+                        what, scale * np.sqrt(den), np.sqrt(den), axes, notes
+                    )
+                    if first_line is not None:
+                        first_line = first_line.replace(
+                            f" ({scale * np.sqrt(den):.6g} against {np.sqrt(den):.6g})", ""
+                        )
+    diff = np.abs(g - w)
+    worst = int(np.argmax(np.where(close, -1.0, diff)))
+    if first_line is None:
+        if scalar:
+            rel = abs(g.item() - w.item()) / abs(w.item()) if w.item() else float("inf")
+            first_line = (
+                f"{what} differs from {against}: {g.item():.7g} against {w.item():.7g} "
+                f"(relative {rel:.2g}; {_tolerance(rtol, atol)})"
+            )
+        else:
+            first_line = (
+                f"{what} differs from {against}: max |diff| {diff.ravel()[worst]:.3g}"
+                f"{_index(worst, g.shape)} ({int((~close).sum())} of {g.size} entries outside "
+                f"{_tolerance(rtol, atol)})"
+            )
+    if not scalar:
+        detail.append(
+            f"got {g.ravel()[worst]:.7g} and want {w.ravel()[worst]:.7g}{_index(worst, g.shape)}; "
+            f"{int((~close).sum())} of {g.size} entries outside {_tolerance(rtol, atol)}"
+        )
+    else:
+        detail.append(f"got {g.item()!r}, want {w.item()!r} ({_tolerance(rtol, atol)})")
+    return "\n".join([first_line, *detail])
+
+
+def assert_close(got: Any, want: Any, what: str, *, rtol: float, atol: float = 0.0, **hints):
+    """Fail with :func:`mismatch`'s message unless ``got`` equals ``want`` within tolerance."""
+    message = mismatch(got, want, what, rtol=rtol, atol=atol, **hints)
+    if message is not None:
+        raise AssertionError(message)
+
+
+def tree_mismatch(
+    got: Any,
+    want: Any,
+    what: str,
+    *,
+    rtol: float,
+    atol: float = 0.0,
+    against: str = "the float64 reference",
+    **hints,
+) -> str | None:
+    """:func:`mismatch` over two canonical trees (or any trees of one structure), naming the first
+    leaf that differs by its path and how many leaves differ (``hints``: those of
+    :func:`mismatch`, for every leaf)."""
+    got_leaves, got_def = jax.tree_util.tree_flatten_with_path(got)
+    want_leaves, want_def = jax.tree_util.tree_flatten_with_path(want)
+    if got_def != want_def:
+        return f"{what} has the structure {got_def} where {against} has {want_def}"
+    bad = []
+    for (path, g), (_, w) in zip(got_leaves, want_leaves, strict=True):
+        name = f"{what} {jax.tree_util.keystr(path)}"
+        message = mismatch(g, w, name, rtol=rtol, atol=atol, against=against, **hints)
+        if message is not None:
+            bad.append(message)
+    if not bad:
+        return None
+    first, _, rest = bad[0].partition("\n")
+    if len(bad) > 1:
+        first += f" ({len(bad)} of {len(got_leaves)} leaves differ)"
+    return "\n".join([first, *([rest] if rest else []), *(m.splitlines()[0] for m in bad[1:])])
+
+
+def assert_trees_close(got: Any, want: Any, what: str, *, rtol: float, atol: float = 0.0, **kw):
+    message = tree_mismatch(got, want, what, rtol=rtol, atol=atol, **kw)
+    if message is not None:
+        raise AssertionError(message)
+
+
+# --- refusals (SPEC section 7) --------------------------------------------------------------------
+
+GRAMMAR = "<field>: expected <what>, got <actual>"
+
+
+def refusal(call: Callable[[], Any], what: str, expected: str) -> str | None:
+    """None when ``call()`` raises a ``ValueError`` whose message contains ``expected`` (the
+    spec's words, e.g. ``batch.x: expected rank 2``); otherwise what happened instead."""
+    try:
+        call()
+    except ValueError as err:
+        said = str(err)
+        if expected in said:
+            return None
+        first = said.strip().splitlines()[0] if said.strip() else "(an empty message)"
+        return (
+            f"{what}: refused, but worded outside the spec's grammar {GRAMMAR!r}: "
+            f"{first!r} does not say {expected!r}"
+        )
+    except Exception as err:  # the message says what was raised instead
+        return (
+            f"{what}: raised {type(err).__name__} where the spec raises ValueError "
+            f"{expected!r}...: {str(err).strip()[:200]!r}"
+        )
+    return f"{what}: accepted, where the spec refuses it with ValueError {expected!r}..."
+
+
+def refused_with(call: Callable[[], Any], what: str, expected: str = "") -> str:
+    """The message of the ``ValueError`` ``call()`` raises; an ``AssertionError`` saying what
+    happened instead when it raises something else or nothing (``expected``: what the spec's
+    message says, for that one)."""
+    saying = f" saying {expected!r}" if expected else ""
+    try:
+        call()
+    except ValueError as err:
+        return str(err)
+    except Exception as err:
+        raise AssertionError(
+            f"{what}: raised {type(err).__name__} where the spec raises ValueError{saying}: "
+            f"{str(err).strip()[:200]!r}"
+        ) from err
+    raise AssertionError(f"{what}: accepted, where the spec refuses it with a ValueError{saying}")
+
+
+def assert_refused(call: Callable[[], Any], what: str, expected: str) -> None:
+    message = refusal(call, what, expected)
+    if message is not None:
+        raise AssertionError(message)
+
+
+# --- known mistakes -------------------------------------------------------------------------------
+# What a check says when a plausible porting mistake explains what it saw. Each is tried only once
+# the check has failed, against the float64 reference computed the mistaken way.
+
+
+def matches(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:
+    return mismatch(got, want, "", rtol=rtol, atol=atol) is None
+
+
+def _with_leaf(tree: Any, where, value) -> Any:
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: value if path == where else np.asarray(leaf), tree
+    )
+
+
+def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
+    """The canonical tree as a mistaken converter would hand it to the model: each square kernel
+    transposed (a shape check cannot see it), every bias zero."""
+    found = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        array = np.asarray(leaf)
+        if getattr(path[-1], "key", None) == "kernel" and array.shape[0] == array.shape[-1]:
+            found.append(
+                (
+                    f"the model reads {jax.tree_util.keystr(path)} transposed ([out, in], where "
+                    "the spec's kernels are [in, out])",
+                    _with_leaf(params, path, array.T),
+                )
+            )
+    no_bias = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: np.zeros(np.shape(leaf)) if path[-1].key == "bias" else np.asarray(leaf),
+        params,
+    )
+    found.append(("every bias is zero: the biases given to from_canonical never reach it", no_bias))
+    return found
+
+
+def _other_labels(c: Any, num_classes: int) -> Any:
+    return jnp.asarray((np.asarray(c) + 1) % num_classes, dtype=jnp.asarray(c).dtype)
+
+
+def _ignores_label(call: Callable[[Any], Any], c: Any, got: Any, num_classes: int) -> bool:
+    if num_classes < 2:
+        return False
+    try:
+        other = call(_other_labels(c, num_classes))
+    except Exception:  # a mistake elsewhere: no verdict on the label
+        return False
+    return all(
+        np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in zip(jax.tree.leaves(other), jax.tree.leaves(got), strict=True)
+    )
+
+
+def encode_mistake(impl, state, params, x, c, mean, logvar, num_classes: int) -> str | None:
+    """What explains ``encode``'s ``(mean, logvar)`` differing from the reference, if anything."""
+    from cvae_rosetta.conformance import reference
+
+    ref_mean, ref_logvar = reference.encode(params, x, c, num_classes)
+    if matches(mean, ref_logvar) and matches(logvar, ref_mean):
+        return (
+            "encode returns (logvar, mean): its mean is the reference's logvar and its logvar "
+            "the reference's mean (the spec splits the latent layer's output as [mean, logvar])"
+        )
+    if _ignores_label(lambda other: impl.encode(state, x, other), c, (mean, logvar), num_classes):
+        return "encode's output does not change when only c changes: the encoder ignores the label"
+    for why, variant in converter_mistakes(params):
+        m, lv = reference.encode(variant, x, c, num_classes)
+        if matches(mean, m) and matches(logvar, lv):
+            return f"encode matches the reference where {why}"
+    return None
+
+
+def decode_mistake(impl, state, params, z, c, logits, num_classes: int) -> str | None:
+    """What explains ``decode``'s logits differing from the reference, if anything."""
+    from cvae_rosetta.conformance import reference
+
+    ref = reference.decode(params, z, c, num_classes)
+    if matches(logits, reference.sigmoid(ref)):
+        return "decode returns probabilities sigmoid(logits) where the spec returns logits"
+    if matches(logits, np.maximum(ref, 0.0)):
+        return (
+            "decode's output is relu(logits), never negative: a ReLU after the output layer, "
+            "which the spec leaves linear"
+        )
+    if _ignores_label(lambda other: impl.decode(state, z, other), c, logits, num_classes):
+        return "decode's output does not change when only c changes: the decoder ignores the label"
+    for why, variant in converter_mistakes(params):
+        if matches(logits, reference.decode(variant, z, c, num_classes)):
+            return f"decode matches the reference where {why}"
+    return None
+
+
+KL_NOTES = {
+    2.0: "the KL terms written without their factor 0.5",
+    -1.0: "the spec's KL terms 0.5 (exp(logvar) + mean^2 - 1 - logvar) are >= 0",
+}
+
+
+def recon_mistake(
+    got: float, params, batch, key, *, kind: str, beta: float, model: ModelConfig, kl_matches: bool
+) -> str | None:
+    """What explains the reconstruction term differing from the reference's, if anything: the
+    sample ``z = mean + exp(0.5 * logvar) * eps`` drawn another way, the other loss kind, a
+    reduction the spec does not do."""
+    from cvae_rosetta.conformance import reference
+
+    b = batch.x.shape[0]
+    eps = spec_noise(key, b, model.latent_dim)
+
+    def recon(noise, which=kind):
+        return reference.loss_and_grad(
+            params, batch.x, batch.c, noise, num_classes=model.num_classes, kind=which, beta=beta
+        )
+
+    ref = recon(eps)
+    row = np.asarray(jax.random.normal(key, (model.latent_dim,)))
+    samples = (
+        (
+            eps * np.exp(0.5 * ref.logvar),
+            "recon is the reference's at z = mean + exp(logvar) * eps: the sample takes "
+            "exp(logvar) as its standard deviation where the spec takes exp(0.5 * logvar)",
+        ),
+        (
+            np.broadcast_to(row, eps.shape),
+            "recon is the reference's with the same noise row for every example: eps drawn with "
+            "shape (L,) where the spec draws normal(key, (B, L)), a row per example",
+        ),
+        (np.zeros_like(eps), "recon is the reference's at z = mean: the sample leaves out eps"),
+    )
+    for noise, why in samples:
+        if abs(got - recon(noise).recon) <= 1e-4 * abs(recon(noise).recon):
+            return why
+    other = "mse" if kind == "bernoulli" else "bernoulli"
+    if abs(got - recon(eps, other).recon) <= 1e-4 * abs(recon(eps, other).recon):
+        return f"recon is the {other} reconstruction term where config.loss.kind is {kind!r}"
+    ratio = explain_ratio("recon", got, ref.recon, loss_axes(kind, "recon", b, model))
+    if ratio is not None:
+        return ratio
+    if kl_matches:
+        return (
+            f"recon differs from the float64 reference ({got:.7g} against {ref.recon:.7g}) while "
+            "kl matches: the sample is not z = mean + exp(0.5 * logvar) * eps with the spec's "
+            "noise eps = normal(key, (B, L)), or the reconstruction term is not the spec's"
+        )
+    return None
+
+
+def total_mistake(loss: float, recon: float, kl: float, beta: float) -> str | None:
+    """What explains the total differing from ``recon + beta * kl`` when both terms match."""
+    candidates = []
+    if beta != 1.0:
+        candidates.append(
+            (
+                recon + kl,
+                f"loss is recon + kl: beta = {beta:g} is not applied (the spec's loss is "
+                "recon + beta * kl)",
+            )
+        )
+        candidates.append(
+            (beta * recon + kl, f"loss is beta * recon + kl: beta = {beta:g} weighs the wrong term")
+        )
+    candidates += [
+        (recon - beta * kl, "loss is recon - beta * kl: the KL term enters with the wrong sign"),
+        (recon, "loss is recon alone: the KL term is left out"),
+        (beta * kl, "loss is beta * kl alone: the reconstruction term is left out"),
+    ]
+    for value, why in candidates:
+        if abs(loss - value) <= 1e-5 * max(abs(value), 1e-6):
+            return f"{why} ({loss:.7g} against the spec's {recon + beta * kl:.7g})"
+    return None
+
+
+def assert_loss_matches(
+    loss, metrics, params, batch, key, *, kind: str, beta: float, model: ModelConfig, what: str = ""
+) -> None:
+    """The loss and its metrics against the float64 reference at the spec's noise for ``key``:
+    the terms first (each names its own mistake), then the total and ``metrics["loss"]``.
+
+    float32 against float64: relative error ~1e-6 of each sum; where KL terms
+    0.5 (e^lv + m^2 - 1 - lv) are small they cancel to an absolute error ~1e-7 each, and an mse
+    recon is a mean of squares of differences known to ~u: hence the absolute floors."""
+    from cvae_rosetta.conformance import reference
+
+    b = batch.x.shape[0]
+    eps = spec_noise(key, b, model.latent_dim)
+    ref = reference.loss_and_grad(
+        params, batch.x, batch.c, eps, num_classes=model.num_classes, kind=kind, beta=beta
+    )
+    recon, kl = float(metrics["recon"]), float(metrics["kl"])
+    kl_message = mismatch(
+        kl,
+        ref.kl,
+        f"{what}kl",
+        rtol=RTOL,
+        atol=1e-6,
+        axes=loss_axes(kind, "kl", b, model),
+        notes=KL_NOTES,
+    )
+    assert_close(
+        recon,
+        ref.recon,
+        f"{what}recon",
+        rtol=RTOL,
+        atol=1e-6,
+        explain=lambda: recon_mistake(
+            recon,
+            params,
+            batch,
+            key,
+            kind=kind,
+            beta=beta,
+            model=model,
+            kl_matches=kl_message is None,
+        ),
+    )
+    assert kl_message is None, kl_message
+    atol = 1e-6 * (1 + beta)
+    total = float(loss)
+    assert_close(
+        total,
+        ref.loss,
+        f"{what}loss",
+        rtol=RTOL,
+        atol=atol,
+        explain=lambda: total_mistake(total, recon, kl, beta),
+    )
+    assert_close(
+        float(metrics["loss"]),
+        total,
+        f'{what}metrics["loss"]',
+        rtol=1e-6,
+        atol=atol,
+        against="the loss returned beside it",
+    )
+
+
+def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple[str, Any]]:
+    """One first step from ``start`` as plausible mistakes would take it, from the float64
+    gradient ``grads``: ``(what it shows, the parameters it reaches)``."""
+    grads32 = jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), grads)
+
+    def step(tx, g):
+        updates, _ = tx.update(g, tx.init(start), start)
+        return optax.apply_updates(start, updates)
+
+    adam = optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+    l2 = jax.tree.map(lambda g, p: g + optim.weight_decay * p, grads32, start)
+    want = step(spec_optimizer(optim), grads32)
+    found = [
+        ("train_step left the parameters unchanged", start),
+        (
+            "the step goes up the gradient: every update has the opposite sign of the spec's",
+            jax.tree.map(lambda p, w: 2 * p - w, start, want),
+        ),
+        (
+            "the step is AdamW's without clip_by_global_norm: the spec clips the gradient to "
+            f"global norm clip_norm = {optim.clip_norm:g} before Adam",
+            step(
+                optax.adamw(
+                    optim.learning_rate,
+                    b1=0.9,
+                    b2=0.999,
+                    eps=1e-8,
+                    weight_decay=optim.weight_decay,
+                ),
+                grads32,
+            ),
+        ),
+    ]
+    if optim.weight_decay:
+        found.append(
+            (
+                "the step is Adam's on the gradient plus weight_decay * params (an L2 penalty in "
+                "the loss): the spec's AdamW decays the parameters apart from the gradient",
+                step(optax.chain(optax.clip_by_global_norm(optim.clip_norm), adam), l2),
+            )
+        )
+    return found
+
+
+def step_mistake(
+    got: Any, candidates: list[tuple[str, Any]], masks: Any, atol: float
+) -> str | None:
+    """The first candidate whose parameters ``got`` reached, on the entries ``masks`` selects."""
+    got_leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(got)]
+    mask_leaves = jax.tree.leaves(masks)
+    for why, tree in candidates:
+        if all(
+            np.allclose(g[m], np.asarray(c, np.float64)[m], rtol=1e-6, atol=atol)
+            for g, c, m in zip(got_leaves, jax.tree.leaves(tree), mask_leaves, strict=True)
+        ):
+            return why
+    return None

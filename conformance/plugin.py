@@ -1,33 +1,96 @@
 """The pytest plugin behind the suite (registered under the ``pytest11`` entry point).
 
-It adds ``--impl`` (repeatable; names or ``module:attribute``, default: the ``CVAE_IMPL``
-environment variable, else every installed implementation), prints which implementations run and
-the versions behind them in the report header, parametrises every test that asks for the ``impl``
-(or ``impl_pair``) fixture, pins float32 matmuls to full precision, and registers the hypothesis
-profiles: ``ci`` (small and derandomised, the default) and ``thorough`` (``--thorough``,
-``--hypothesis-profile thorough``, or ``CVAE_HYPOTHESIS_PROFILE=thorough``).
+Being an entry point, it loads into every pytest session of an environment that has the package
+installed, so it does nothing at all unless the session asks for the suite: ``--impl`` given,
+``CVAE_IMPL`` set, a path inside the suite's folder or a ``cvae_rosetta.conformance`` module named
+on the command line, or (decided while collecting) a test module of the suite's own collected.
+Otherwise it imports neither JAX nor any framework or implementation, prints no header, writes no
+report, parametrises nothing, and leaves JAX's configuration and hypothesis's profile as they are.
 
-Every run writes a machine-readable report (``--conformance-report``, default
+Asked, it adds ``--impl`` (repeatable; names or ``module:attribute``, default: the ``CVAE_IMPL``
+environment variable, else every installed implementation), prints which implementations run and
+the versions behind them in the report header, and parametrises every check of the suite that asks
+for the ``impl`` (or ``impl_pair``) fixture. For the suite's own tests only it pins float32
+matmuls to full precision (restoring the previous setting after each) and applies the suite's
+hypothesis settings: ``ci`` (small and derandomised, the default) or ``thorough`` (``--thorough``,
+``CVAE_HYPOTHESIS_PROFILE=thorough``), or the profile of hypothesis's own ``--hypothesis-profile``.
+
+The checks run in the order of the suite's layers (:mod:`cvae_rosetta.conformance.layers`), and a
+run with failures ends with a diagnosis per implementation: the earliest layer that failed, the
+check that failed there and what it saw, and how many later failures follow from it. With
+``--first-layer`` (or ``CVAE_FIRST_LAYER=1``), once an implementation fails a check of some layer,
+its checks of later layers are skipped.
+
+A run of the suite's checks writes a machine-readable report (``--conformance-report``, default
 ``conformance-report.json`` in the working directory): per implementation and per check,
-``passed``, ``failed``, ``skipped`` or ``not applicable`` (a check of a capability the
-implementation does not have, see :func:`cvae_rosetta.conformance.common.require`), with the
-versions behind each implementation.
+``passed``, ``failed``, ``skipped``, ``skipped: earlier layer failed`` or ``not applicable`` (a
+check of a capability the implementation does not have, see
+:func:`cvae_rosetta.conformance.common.require`), every check's layer, each implementation's
+diagnosis, and the versions behind each implementation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from cvae_rosetta.conformance import layers
 from cvae_rosetta.files import write_json
 
+# The installed suite: this plugin's own folder (``cvae_rosetta/conformance``).
+SUITE = Path(__file__).resolve().parent
+PACKAGE = "cvae_rosetta.conformance"
+
 _IMPLS_KEY = pytest.StashKey[dict]()
-_RESULTS_KEY = pytest.StashKey[dict]()
+_STATE_KEY = pytest.StashKey["_State"]()
 NOT_APPLICABLE = "not applicable"
+EARLIER = "an earlier layer failed"  # the reason of a check skipped by --first-layer: EARLIER: L
+SKIPPED_EARLIER = "skipped: earlier layer failed"  # its outcome in the report
+NO_MESSAGE = "the check's assertion failed without a message"
+_STATUSES = ("passed", "failed", "skipped", SKIPPED_EARLIER, NOT_APPLICABLE)
+PRECISION = "jax_default_matmul_precision"
+
+# The suite's hypothesis settings (keyword arguments of ``hypothesis.settings``), applied to its own
+# property tests only, over whatever settings they would otherwise have.
+_HEALTH = ("too_slow", "function_scoped_fixture")
+PROFILES: dict[str, dict] = {
+    "ci": dict(max_examples=10, derandomize=True, deadline=None, print_blob=True),
+    "thorough": dict(max_examples=300, derandomize=False, deadline=None, print_blob=True),
+}
+
+
+def profile_settings(name: str) -> dict:
+    """``PROFILES[name]`` with its health checks (hypothesis imported only here)."""
+    from hypothesis import HealthCheck
+
+    return {**PROFILES[name], "suppress_health_check": [getattr(HealthCheck, h) for h in _HEALTH]}
+
+
+class _State:
+    """What the plugin knows of its session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.asked = _asked(config)  # before collection: header, profiles registered
+        self.active = False  # asked, or a test module of the suite is being collected
+        self.first_layer = bool(config.getoption("first_layer")) or os.environ.get(
+            "CVAE_FIRST_LAYER", ""
+        ).strip().lower() in ("1", "true", "yes", "on")
+        # implementation -> check -> outcome (the report's ``results``)
+        self.results: dict[str, dict[str, str]] = {}
+        # implementation -> check -> {"outcome", "layer", "message"?}, in the order they ran
+        self.checks: dict[str, dict[str, dict]] = {}
+        self.failed_rank: dict[str, int] = {}  # implementation -> its earliest failing layer
+        self.written: str | None = None
+
+
+def _state(config: pytest.Config) -> _State | None:
+    return config.stash.get(_STATE_KEY, None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,11 +109,78 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the property tests with the thorough hypothesis profile (300 examples each)",
     )
     group.addoption(
+        "--first-layer",
+        action="store_true",
+        help="once an implementation fails a check, skip its checks of later layers "
+        "(also $CVAE_FIRST_LAYER=1)",
+    )
+    group.addoption(
         "--conformance-report",
         default=os.environ.get("CVAE_CONFORMANCE_REPORT", "conformance-report.json"),
         metavar="PATH",
         help="where to write the JSON report of this run [conformance-report.json]",
     )
+
+
+# --- whether the session asks for the suite -------------------------------------------------------
+
+
+def _in_suite(path) -> bool:
+    """Whether ``path`` is the suite's folder or lies inside it."""
+    try:
+        path = Path(path).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return path == SUITE or SUITE in path.parents
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _asked(config: pytest.Config) -> bool:
+    """Asked before collection: ``--impl``, ``CVAE_IMPL``, or an argument naming the suite (a path
+    inside its folder or, with ``--pyargs``, one of its modules)."""
+    if any(n.strip() for opt in config.getoption("impl") for n in opt.split(",")):
+        return True
+    if os.environ.get("CVAE_IMPL", "").strip(" ,"):
+        return True
+    here = Path(config.invocation_params.dir)
+    for arg in config.args:
+        arg = str(arg).split("::")[0]
+        if arg == PACKAGE or arg.startswith(PACKAGE + "."):
+            return True
+        if _in_suite(here / arg):
+            return True
+        # with --pyargs, a module named from a folder above the suite's (conformance.test_spec)
+        module = here.joinpath(*arg.split(".")[:-1], arg.rpartition(".")[2] + ".py")
+        if config.option.pyargs and _DOTTED.fullmatch(arg) and _in_suite(module):
+            return True
+    return False
+
+
+def _activate(config: pytest.Config) -> None:
+    state = _state(config)
+    if state is None or state.active:
+        return
+    state.active = True
+    config.addinivalue_line("markers", "pairwise: a check of two implementations together")
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis loads --hypothesis-profile (ci, thorough)
+def pytest_configure(config: pytest.Config) -> None:
+    state = config.stash[_STATE_KEY] = _State(config)
+    if not state.asked:
+        return
+    _activate(config)
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return
+    for name in PROFILES:  # never over a profile of that name the session already has
+        try:
+            settings.get_profile(name)
+        except Exception:
+            settings.register_profile(name, **profile_settings(name))
 
 
 def _requested(config: pytest.Config) -> list[str]:
@@ -62,39 +192,6 @@ def _requested(config: pytest.Config) -> list[str]:
 
         names = [info.name for info in known() if info.installed]
     return [n.strip() for n in names]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    import jax
-
-    # Float32 matmuls at full precision (no TF32 or bf16 passes on accelerators), so the suite's
-    # tolerances are those of float32 arithmetic wherever it runs.
-    jax.config.update("jax_default_matmul_precision", "highest")
-
-    from hypothesis import HealthCheck, settings
-
-    settings.register_profile(
-        "ci",
-        max_examples=10,
-        derandomize=True,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    settings.register_profile(
-        "thorough",
-        max_examples=300,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    if config.getoption("thorough"):
-        settings.load_profile("thorough")
-    elif config.getoption("hypothesis_profile", None) is None:  # hypothesis's own option wins
-        profile = os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
-        settings.load_profile(profile or "ci")
-    config.stash[_RESULTS_KEY] = {}
-    config.addinivalue_line("markers", "pairwise: a check of two implementations together")
 
 
 def _impls(config: pytest.Config) -> dict:
@@ -123,7 +220,10 @@ def _loaded(config: pytest.Config) -> dict:
     return impls
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = _state(config)
+    if state is None or not state.asked:
+        return None
     import jax
 
     from cvae_rosetta.spec.protocol import framework_of
@@ -147,7 +247,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append("  no implementation installed")
     elif len(impls) < 2:
         lines.append("  pairwise checks (test_cross.py): need two implementations, not collected")
+    if state.first_layer:
+        lines.append("  --first-layer: checks of later layers skipped after a failure")
     return lines
+
+
+# --- collection -----------------------------------------------------------------------------------
 
 
 def _named_explicitly(path: Path, config: pytest.Config) -> bool:
@@ -174,33 +279,98 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     are collected only when a path inside that folder is given explicitly: they test the suite,
     not the implementation under test, and they run it in subprocesses.
     """
-    if collection_path.parent.name != "conformance":
+    path = Path(collection_path)
+    if not _in_suite(path.parent):
         return None
-    if collection_path.name == "test_cross.py":
+    _activate(config)  # collecting inside the suite: it is asked for
+    if path.parent.resolve() != SUITE:
+        return None
+    if path.name == "test_cross.py":
         return len(_impls(config)) < 2 or None
-    if collection_path.name == "meta_tests" and collection_path.is_dir():
-        return not _named_explicitly(Path(collection_path).resolve(), config) or None
+    if path.name == "meta_tests" and path.is_dir():
+        return not _named_explicitly(path.resolve(), config) or None
     return None
 
 
+def pytest_collect_file(file_path, parent) -> None:
+    if _in_suite(file_path):  # a module of the suite named directly on the command line
+        _activate(parent.config)
+
+
+def _is_suite_item(item: pytest.Item) -> bool:
+    return _in_suite(item.path)
+
+
+def _is_check(item: pytest.Item) -> bool:
+    """A check of the suite (a test in one of its own modules, not in its meta tests)."""
+    return Path(item.path).resolve().parent == SUITE
+
+
+def _layer(item: pytest.Item) -> str:
+    return layers.layer_of(Path(item.path).stem, getattr(item, "originalname", item.name))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Checks of a pair of implementations carry the ``pairwise`` marker (``-m pairwise``); with
-    fewer than two implementations under test they are deselected, since they cannot apply."""
+    """Order the suite's checks by layer, and mark (or, with fewer than two implementations under
+    test, deselect) the checks of a pair of implementations (``-m pairwise``)."""
+    state = _state(config)
+    if state is None or not state.active or not any(_is_suite_item(i) for i in items):
+        return
     single = len(_impls(config)) < 2
     kept, dropped = [], []
     for item in items:
-        pairwise = "impl_pair" in getattr(item, "fixturenames", ())
+        pairwise = _is_suite_item(item) and "impl_pair" in getattr(item, "fixturenames", ())
         if pairwise:
-            item.add_marker(pytest.mark.pairwise)
+            item.add_marker("pairwise")
         (dropped if pairwise and single else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    # a stable sort of the checks among the places they hold: other tests stay where they are
+    places = [i for i, item in enumerate(items) if _is_check(item)]
+    ordered = sorted((items[i] for i in places), key=lambda item: layers.RANK[_layer(item)])
+    for place, item in zip(places, ordered, strict=True):
+        items[place] = item
+    _apply_suite_settings(config, [item for item in items if _is_suite_item(item)])
+
+
+def _apply_suite_settings(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The suite's hypothesis settings over those each of its property tests would otherwise have
+    (whatever profile was current when its module was imported): the user's own tests keep
+    theirs, and a profile named with hypothesis's own ``--hypothesis-profile`` applies as it is."""
+    tests = []
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        if getattr(test, "is_hypothesis_test", False) and test not in tests:
+            tests.append(test)
+    if not tests or config.getoption("hypothesis_profile", None) is not None:
+        return
+    from hypothesis import settings
+
+    name = "thorough" if config.getoption("thorough") else None
+    name = name or os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
+    name = name or "ci"
+    chosen = None  # a profile of the user's own, named by the environment: as it is
+    if name not in PROFILES:
+        try:
+            chosen = settings.get_profile(name)
+        except Exception as err:
+            raise pytest.UsageError(f"hypothesis profile {name!r}: {err}") from None
+    for test in tests:
+        original = test.__dict__.setdefault(
+            "_cvae_rosetta_settings", test._hypothesis_internal_use_settings
+        )
+        test._hypothesis_internal_use_settings = chosen or settings(
+            original, **profile_settings(name)
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"impl", "impl_pair"} & set(metafunc.fixturenames):
         return
+    if not _in_suite(metafunc.definition.path):  # a fixture of that name elsewhere is not ours
+        return
+    _activate(metafunc.config)
     impls = _loaded(metafunc.config)
     if "impl" in metafunc.fixturenames:
         metafunc.parametrize("impl", list(impls.values()), ids=list(impls), scope="module")
@@ -214,6 +384,63 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
+# --- running the suite's tests --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _full_precision(item: pytest.Item):
+    """Float32 matmuls at full precision for the suite's own tests (no TF32 or bfloat16 passes on
+    accelerators), so its tolerances are those of float32 arithmetic wherever it runs; the
+    previous setting is back afterwards."""
+    state = _state(item.config)
+    if state is None or not state.active or not _is_suite_item(item):
+        yield
+        return
+    import jax
+
+    values = getattr(jax.config, "values", {})
+    before = values[PRECISION] if PRECISION in values else getattr(jax.config, PRECISION)
+    jax.config.update(PRECISION, "highest")
+    try:
+        yield
+    finally:
+        jax.config.update(PRECISION, before)
+
+
+def _earlier_failure(item: pytest.Item, state: _State) -> str | None:
+    """With --first-layer: the earliest layer before ``item``'s in which one of its
+    implementations failed."""
+    if not state.first_layer or not state.active or not _is_check(item):
+        return None
+    rank = layers.RANK[_layer(item)]
+    failed = [state.failed_rank.get(name, rank) for name, _ in _names_of(item)]
+    earliest = min(failed, default=rank)
+    return layers.NAMES[earliest] if earliest < rank else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    state = _state(item.config)
+    if state is not None:
+        earlier = _earlier_failure(item, state)
+        if earlier is not None:  # before any fixture is set up, reported at the check's line
+            raise pytest.skip.Exception(f"{EARLIER}: {earlier}", _use_item_location=True)
+    with _full_precision(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _full_precision(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem):
+    with _full_precision(item):
+        return (yield)
+
+
 # --- the machine-readable report ------------------------------------------------------------------
 
 
@@ -224,8 +451,11 @@ def _names_of(item: pytest.Item) -> list[tuple[str, str]]:
         return []
     impls = item.config.stash.get(_IMPLS_KEY, {})
     by_id = {id(obj): name for name, obj in impls.items()}
-    check = item.nodeid.split("::", 1)[-1].split("[")[0]
-    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    # from the item, not its node id: a module outside the rootdir has no path in its node id
+    check = getattr(item, "originalname", item.name.split("[")[0])
+    if getattr(item, "cls", None) is not None:
+        check = f"{item.cls.__name__}::{check}"
+    module = Path(item.path).name
     pairs = []
     if "impl" in callspec.params:
         name = by_id.get(id(callspec.params["impl"]))
@@ -241,29 +471,114 @@ def _names_of(item: pytest.Item) -> list[tuple[str, str]]:
     return [(n, c) for n, c in pairs if n]
 
 
-@pytest.hookimpl(hookwrapper=True)
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*)(?::(.*))?$")
+
+
+def plain_message(text: str) -> str:
+    """What a failure saw, as a sentence: the first meaningful line of its exception's message,
+    without ``AssertionError:`` and without pytest's ``assert ...`` introspection (a bare
+    ``assert`` gives :data:`NO_MESSAGE`)."""
+    lines = [line.strip() for line in str(text).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return NO_MESSAGE
+    first, rest = lines[0], lines[1:]
+    raised = _RAISED.match(first)  # "SomeError: ..." or a bare "SomeError"
+    if raised and (raised.group(2) is not None or raised.group(1)[:1].isupper()):
+        kind, said = raised.group(1).rpartition(".")[2], (raised.group(2) or "").strip()
+    else:  # the text as it is
+        kind, said = "", first
+    if kind in ("AssertionError", "Failed", ""):
+        if not said and rest and not rest[0].startswith(("assert ", "+", "where ")):
+            said = rest[0]  # numpy.testing: "AssertionError: \nNot equal to tolerance ..."
+        if not said or said.startswith("assert ") or said == "assert":
+            return NO_MESSAGE
+    else:  # another exception: what it was raised with
+        said = f"raised {kind}" + (f": {said}" if said else "")
+    return said if len(said) <= 300 else said[:297] + "..."
+
+
+def _message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return plain_message(crash.message)
+    if isinstance(report.longrepr, tuple):
+        return plain_message(str(report.longrepr[-1]))
+    return plain_message(str(report.longrepr))
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
-    outcome = yield
-    report = outcome.get_result()
-    results = item.config.stash.get(_RESULTS_KEY, None)
-    if results is None:
-        return
+    report = yield
+    state = _state(item.config)
+    if state is None or not state.active or not _is_check(item):
+        return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
+        message = None
         if report.passed:
             status = "passed"
         elif report.skipped:
             reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-            status = NOT_APPLICABLE if NOT_APPLICABLE in reason else "skipped"
+            if NOT_APPLICABLE in reason:
+                status = NOT_APPLICABLE
+            elif reason.startswith(f"Skipped: {EARLIER}") or reason.startswith(EARLIER):
+                status = SKIPPED_EARLIER
+            else:
+                status = "skipped"
         else:
-            status = "failed"
+            status, message = "failed", _message(report)
+        layer = _layer(item)
         for name, check in _names_of(item):
-            results.setdefault(name, {})[check] = status
+            state.results.setdefault(name, {})[check] = status
+            entry = {"outcome": status, "layer": layer}
+            if message is not None:
+                entry["message"] = message
+            checks = state.checks.setdefault(name, {})
+            checks.pop(check, None)  # in the order they ran
+            checks[check] = entry
+            if status == "failed":
+                rank = layers.RANK[layer]
+                state.failed_rank[name] = min(state.failed_rank.get(name, rank), rank)
+    return report
+
+
+def diagnosis(checks: dict[str, dict]) -> dict | None:
+    """The cause among an implementation's failures (``check -> {"outcome", "layer", "message"}``
+    in the order they ran): the first failed check of the earliest layer that failed. Every other
+    failure follows from it."""
+    failed = [(check, e) for check, e in checks.items() if e["outcome"] == "failed"]
+    if not failed:
+        return None
+    check, entry = min(failed, key=lambda f: layers.RANK[f[1]["layer"]])  # the first of the lowest
+    return {
+        "layer": entry["layer"],
+        "layer_description": layers.describe(entry["layer"]),
+        "check": check,
+        "message": entry.get("message") or NO_MESSAGE,
+        "later_failures": len(failed) - 1,
+    }
+
+
+def diagnosis_line(name: str, found: dict) -> str:
+    later = found["later_failures"]
+    follow = (
+        "no later failures"
+        if not later
+        else "1 later failure follows from it"
+        if later == 1
+        else f"{later} later failures follow from it"
+    )
+    check = found["check"].rpartition("::")[2]
+    return (
+        f"cvae-rosetta diagnosis: {name}: layer {found['layer']!r} ({found['layer_description']}): "
+        f"{check}: {found['message']}; {follow}"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    results = config.stash.get(_RESULTS_KEY, None)
-    if not results:
+    state = _state(config)
+    if state is None or not state.results:  # none of the suite's checks ran
         return
     import jax
 
@@ -274,39 +589,51 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if isinstance(impl, Exception):
             continue
         framework, version = framework_of(impl)
-        impls[name] = {"name": impl.name, "framework": framework, "version": version}
+        impls[name] = {
+            "name": impl.name,
+            "framework": framework,
+            "version": version,
+            "diagnosis": diagnosis(state.checks.get(name, {})),
+        }
     report = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "python": platform.python_version(),
+        "first_layer": state.first_layer,
+        "layers": [{"name": n, "description": d} for n, d in layers.LAYERS],
         "implementations": impls,
         "summary": {
             name: {s: sum(1 for v in checks.values() if v == s) for s in _STATUSES}
-            for name, checks in results.items()
+            for name, checks in state.results.items()
         },
-        "results": results,
+        "results": state.results,
+        # per implementation, every check in the order it ran, with its layer (a list: the keys
+        # of the report are written sorted)
+        "checks": {
+            name: [{"check": check, **entry} for check, entry in checks.items()]
+            for name, checks in state.checks.items()
+        },
     }
     path = Path(config.getoption("conformance_report")).expanduser()
     write_json(path, report, sort_keys=True, newline=False, parents=True)
-    config.stash[_RESULTS_KEY] = {"_written": str(path), **results}
-
-
-_STATUSES = ("passed", "failed", "skipped", NOT_APPLICABLE)
+    state.written = str(path)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    results = config.stash.get(_RESULTS_KEY, None)
-    if not results or "_written" not in results:
+    state = _state(config)
+    if state is None or state.written is None:
         return
     terminalreporter.section("cvae-rosetta conformance")
-    for name, checks in results.items():
-        if name == "_written":
-            continue
+    for name, checks in state.results.items():
         counts = ", ".join(
             f"{sum(1 for v in checks.values() if v == s)} {s}"
             for s in _STATUSES
             if any(v == s for v in checks.values())
         )
         terminalreporter.write_line(f"{name}: {counts}")
-    terminalreporter.write_line(f"report: {results['_written']}")
+    for name, checks in state.checks.items():
+        found = diagnosis(checks)
+        if found is not None:
+            terminalreporter.write_line(diagnosis_line(name, found), red=True, bold=True)
+    terminalreporter.write_line(f"report: {state.written}")

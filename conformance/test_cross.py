@@ -8,13 +8,20 @@ reference directly.
 
 from __future__ import annotations
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import CONFIG, MODEL, digits, make_batch, reference_params
+from cvae_rosetta.conformance.common import (
+    CONFIG,
+    MODEL,
+    assert_close,
+    assert_trees_close,
+    digits,
+    suite_batch,
+    suite_params,
+)
 from cvae_rosetta.spec.config import Config, LossConfig, ModelConfig
 from cvae_rosetta.spec.validation import Batch
 
@@ -22,25 +29,36 @@ from cvae_rosetta.spec.validation import Batch
 RTOL, ATOL = 2e-5, 2e-6
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def params():
-    return reference_params(jax.random.key(2024))
+    """Canonical parameters in buffers of this check's own."""
+    return suite_params(2024)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def batch():
-    return make_batch(jax.random.key(77))
+    return suite_batch(77)
 
 
 def test_forward_agrees(impl_pair, params, batch):
     a, b = impl_pair
     sa, sb = a.from_canonical(params, CONFIG), b.from_canonical(params, CONFIG)
-    chex.assert_trees_all_close(
-        a.encode(sa, batch.x, batch.c), b.encode(sb, batch.x, batch.c), rtol=RTOL, atol=ATOL
+    assert_trees_close(
+        a.encode(sa, batch.x, batch.c),
+        b.encode(sb, batch.x, batch.c),
+        f"{a.name}'s encode (mean, logvar)",
+        rtol=RTOL,
+        atol=ATOL,
+        against=f"{b.name}'s",
     )
     z = jax.random.normal(jax.random.key(1), (batch.x.shape[0], MODEL.latent_dim))
-    chex.assert_trees_all_close(
-        a.decode(sa, z, batch.c), b.decode(sb, z, batch.c), rtol=RTOL, atol=ATOL
+    assert_close(
+        a.decode(sa, z, batch.c),
+        b.decode(sb, z, batch.c),
+        f"{a.name}'s decode",
+        rtol=RTOL,
+        atol=ATOL,
+        against=f"{b.name}'s",
     )
 
 
@@ -57,10 +75,14 @@ def test_loss_metrics_and_gradients_agree(impl_pair, params, batch, kind):
         (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         results.append((loss, metrics, grads))
     (la, ma, ga), (lb, mb, gb) = results
-    chex.assert_trees_all_close(la, lb, rtol=RTOL)
-    chex.assert_trees_all_close(ma, mb, rtol=RTOL, atol=ATOL)
+    a, b = impl_pair
+    theirs = f"{b.name}'s"
+    assert_close(la, lb, f"{a.name}'s {kind} loss", rtol=RTOL, against=theirs)
+    assert_trees_close(ma, mb, f"{a.name}'s metrics", rtol=RTOL, atol=ATOL, against=theirs)
     scale = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(ga))
-    chex.assert_trees_all_close(ga, gb, rtol=1e-4, atol=1e-6 * scale)
+    assert_trees_close(
+        ga, gb, f"{a.name}'s d loss / d params", rtol=1e-4, atol=1e-6 * scale, against=theirs
+    )
 
 
 def test_one_step_agrees(impl_pair, params, batch):
@@ -70,25 +92,34 @@ def test_one_step_agrees(impl_pair, params, batch):
         state, metrics = impl.train_step(impl.from_canonical(params, CONFIG), batch, key)
         out.append((impl.to_canonical(state), metrics))
     (pa, ma), (pb, mb) = out
-    chex.assert_trees_all_close(ma, mb, rtol=RTOL, atol=ATOL)
+    a, b = impl_pair
+    assert_trees_close(
+        ma, mb, f"{a.name}'s step metrics", rtol=RTOL, atol=ATOL, against=f"{b.name}'s"
+    )
     # Adam's first update has size lr for every entry with a non-negligible gradient, so two correct
     # implementations agree to float32 rounding of the parameters except where a gradient entry is
     # at float32 noise level (see docs/conformance.md); those are bounded by 2 lr.
     lr = CONFIG.optim.learning_rate
     diffs = jax.tree.map(lambda x, y: np.abs(np.asarray(x) - np.asarray(y)), pa, pb)
     flat = np.concatenate([d.ravel() for d in jax.tree.leaves(diffs)])
-    assert flat.max() <= 2 * lr * (1 + 1e-4)
-    assert np.mean(flat > 1e-6) < 1e-3, f"{np.mean(flat > 1e-6):.2%} of entries differ by > 1e-6"
+    assert flat.max() <= 2 * lr * (1 + 1e-4), (
+        f"after one step {a.name} and {b.name} differ by up to {flat.max():.3g}; two first Adam "
+        f"steps differ by at most 2 lr = {2 * lr:g}"
+    )
+    assert np.mean(flat > 1e-6) < 1e-3, (
+        f"after one step {np.mean(flat > 1e-6):.2%} of the parameters of {a.name} and {b.name} "
+        "differ by more than 1e-6; at most 0.1% (gradients at float32 noise level) may"
+    )
 
 
 def test_twenty_steps_on_digits_end_at_the_same_parameters(impl_pair):
     config = Config(model=ModelConfig(input_dim=64, num_classes=10, latent_dim=8))
-    start = reference_params(jax.random.key(5), config.model)
+    a, b = impl_pair
     xs, cs, _ = digits(64, seed=6)
     finals, losses = [], []
     for impl in impl_pair:
         step = jax.jit(impl.train_step, donate_argnums=0)
-        state = impl.from_canonical(start, config)
+        state = impl.from_canonical(suite_params(5, config.model), config)
         trajectory = []
         for t in range(20):
             state, metrics = step(
@@ -97,10 +128,26 @@ def test_twenty_steps_on_digits_end_at_the_same_parameters(impl_pair):
             trajectory.append(float(metrics["loss"]))
         finals.append(impl.to_canonical(state))
         losses.append(trajectory)
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+    assert_close(
+        np.array(losses[0]),
+        np.array(losses[1]),
+        f"{a.name}'s losses over 20 steps",
+        rtol=1e-4,
+        against=f"{b.name}'s",
+    )
     diffs = jax.tree.map(
         lambda x, y: float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), finals[0], finals[1]
     )
     # 20 steps of size <= lr: entries may drift apart only where gradients sit at noise level
-    assert max(jax.tree.leaves(diffs)) < 20 * config.optim.learning_rate
-    chex.assert_trees_all_close(finals[0], finals[1], rtol=1e-3, atol=5e-4)
+    assert max(jax.tree.leaves(diffs)) < 20 * config.optim.learning_rate, (
+        f"after 20 steps {a.name} and {b.name} differ by up to {max(jax.tree.leaves(diffs)):.3g}; "
+        f"20 Adam steps can drift apart by less than 20 lr = {20 * config.optim.learning_rate:g}"
+    )
+    assert_trees_close(
+        finals[0],
+        finals[1],
+        f"{a.name}'s parameters after 20 steps",
+        rtol=1e-3,
+        atol=5e-4,
+        against=f"{b.name}'s",
+    )

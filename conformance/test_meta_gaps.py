@@ -24,11 +24,16 @@ from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     B,
+    assert_close,
     at_path,
-    make_batch,
-    reference_params,
+    copy_to_host,
+    optimizer_mistakes,
     spec_noise,
     spec_optimizer,
+    step_mistake,
+    suite_batch,
+    suite_params,
+    where_max,
 )
 from cvae_rosetta.spec.config import OptimConfig
 
@@ -45,12 +50,12 @@ def test_clipping_is_applied_before_adam(impl):
     first update ``lr * g / (|g| + eps)`` shrinks where ``|g|`` is small: without the clipping it
     would be ``lr * sign(g)`` everywhere. The update is a smooth function of ``g`` at this scale,
     so every entry is compared."""
-    params = reference_params(jax.random.key(42))
-    batch = make_batch(jax.random.key(7))
+    params = copy_to_host(suite_params(42))
+    batch = suite_batch(7)
     optim = OptimConfig(clip_norm=1e-6)
     config = CONFIG.replace(optim=optim)
     key = jax.random.key(25)
-    state, _ = impl.train_step(impl.from_canonical(params, config), batch, key)
+    state, _ = impl.train_step(impl.from_canonical(suite_params(42), config), batch, key)
     got = impl.to_canonical(state)
 
     eps = spec_noise(key, B, MODEL.latent_dim)
@@ -68,10 +73,23 @@ def test_clipping_is_applied_before_adam(impl):
     gap = max(
         jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), want, without))
     )
-    assert gap > 0.3 * lr
+    assert gap > 0.3 * lr, (
+        f"clipping moves the reference's own first step by only {gap:.3g}, under 0.3 lr: the "
+        "check itself cannot tell a clipped step from an unclipped one"
+    )
+    # where a mistake's update is lr * sign(g), only entries with |g| above float32 noise tell
+    masks = jax.tree.map(lambda g: np.abs(g) > 1e-3 * np.abs(g).max(), ref.grads)
     for path, w in jax.tree_util.tree_leaves_with_path(want):
-        np.testing.assert_allclose(
-            at_path(got, path), w, rtol=0, atol=1e-3 * lr, err_msg=jax.tree_util.keystr(path)
+        assert_close(
+            at_path(got, path),
+            w,
+            f"after one step with clip_norm 1e-6, {jax.tree_util.keystr(path)}",
+            rtol=0,
+            atol=1e-3 * lr,
+            against="the reference update (the spec's clipped AdamW)",
+            explain=lambda: step_mistake(
+                got, optimizer_mistakes(params, ref.grads, optim), masks, 1e-3 * lr
+            ),
         )
 
 
@@ -98,14 +116,14 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
     config = CONFIG.replace(optim=optim)
     lr = optim.learning_rate
     tx = spec_optimizer(optim)
-    params = reference_params(jax.random.key(42))
-    state = impl.from_canonical(params, config)
+    params = copy_to_host(suite_params(42))
+    state = impl.from_canonical(suite_params(42), config)
     ref_state = tx.init(params)
     fresh_state = tx.init(params)
     squares = jax.tree.map(lambda p: np.zeros(p.shape), params)  # sum of squared clipped grads
     for t in range(STEPS):
-        batch, key = make_batch(jax.random.key(60 + t)), jax.random.key(70 + t)
-        before = impl.to_canonical(state)
+        batch, key = suite_batch(60 + t), jax.random.key(70 + t)
+        before = copy_to_host(impl.to_canonical(state))
         state, _ = impl.train_step(state, batch, key)
         got = impl.to_canonical(state)
 
@@ -117,25 +135,42 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
         grads = as32(ref.grads)
         updates, ref_state = tx.update(grads, ref_state, before)
         want = optax.apply_updates(before, updates)
+        restarted = optax.apply_updates(before, tx.update(grads, fresh_state, before)[0])
         if t > 0:
             # the check has teeth: an Adam restarted at every step would move elsewhere
-            restarted = optax.apply_updates(before, tx.update(grads, fresh_state, before)[0])
             gaps = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)), want, restarted)
-            assert (
-                np.mean(np.concatenate([g.ravel() for g in jax.tree.leaves(gaps)]) > 0.1 * lr) > 0.1
+            moved = np.mean(np.concatenate([g.ravel() for g in jax.tree.leaves(gaps)]) > 0.1 * lr)
+            assert moved > 0.1, (
+                f"step {t + 1}: a restarted Adam moves only {moved:.0%} of the entries elsewhere "
+                "than the reference: the check itself cannot tell them apart"
             )
 
-        for path, s in jax.tree_util.tree_leaves_with_path(squares):
+        masks = jax.tree.map(lambda s: np.sqrt(s) > 1e-3 * np.sqrt(s).max(), squares)
+        mistakes = [
+            (
+                f"step {t + 1} is a fresh Adam's first step from where the implementation was: the "
+                "optimiser state does not advance (the spec's Adam carries its moments and count)",
+                restarted,
+            )
+        ]
+        for path, reliable in jax.tree_util.tree_leaves_with_path(masks):
             p0, p1, w = (np.asarray(at_path(tree, path)) for tree in (before, got, want))
-            rms = np.sqrt(s)
-            reliable = rms > 1e-3 * rms.max()
-            np.testing.assert_allclose(
+            name = f"after step {t + 1}, {jax.tree_util.keystr(path)}"
+            assert_close(
                 p1[reliable],
                 w[reliable],
+                name,
                 rtol=1e-6,
                 atol=1e-3 * lr,
-                err_msg=f"step {t + 1}: {jax.tree_util.keystr(path)}",
+                against="the reference optimiser's",
+                explain=lambda got=got, mistakes=mistakes, masks=masks: step_mistake(
+                    got, mistakes, masks, 1e-3 * lr
+                ),
             )
             bound = lr * adam_bound(t + 1) * (1 + 1e-4)
             bound = bound + lr * optim.weight_decay * (np.abs(p0) + 1e-6)
-            assert np.all(np.abs(p1 - p0) <= bound), f"step {t + 1}: {jax.tree_util.keystr(path)}"
+            moved = np.abs(p1 - p0)
+            assert np.all(moved <= bound), (
+                f"{name} moved by up to {moved.max():.3g}{where_max(moved - bound)}; Adam's step "
+                f"{t + 1} moves an entry by at most {bound.max():.3g}"
+            )

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import CONFIG, MODEL, make_batch, reference_params, require
+from cvae_rosetta.conformance.common import (
+    CONFIG,
+    MODEL,
+    assert_trees_close,
+    copy_to_host,
+    fresh,
+    require,
+    suite_batch,
+    suite_params,
+    tree_mismatch,
+)
 from cvae_rosetta.spec import parallel
 from cvae_rosetta.spec.model import noise
 
@@ -38,15 +47,16 @@ def _applicable(impl, mechanism: str) -> None:
 
 @pytest.fixture(scope="module")
 def run(impl):
-    """The serial run every parallel run is compared with: states and metrics after each step."""
-    params = reference_params(jax.random.key(71))
-    batches = [make_batch(jax.random.key(100 + t), B) for t in range(STEPS)]
+    """The serial run every parallel run is compared with: states and metrics after each step.
+    Parameters and batches are kept as NumPy arrays: each run gets buffers of its own."""
+    params = copy_to_host(suite_params(71))
+    batches = [copy_to_host(suite_batch(100 + t, B)) for t in range(STEPS)]
     keys = [jax.random.fold_in(jax.random.key(72), t) for t in range(STEPS)]
     step = jax.jit(impl.train_step)
-    state = impl.from_canonical(params, CONFIG)
+    state = impl.from_canonical(fresh(params), CONFIG)
     history = []
     for batch, key in zip(batches, keys, strict=True):
-        state, metrics = step(state, batch, key)
+        state, metrics = step(state, fresh(batch), key)
         history.append((jax.device_get(state), jax.device_get(metrics)))
     return params, batches, keys, history
 
@@ -59,10 +69,10 @@ def _train(impl, plan: parallel.Plan, run, steps: int = STEPS):
     CHECKED, taken before the next step donates the state."""
     params, batches, keys, _ = run
     step = plan.make_step(impl)
-    state = plan.place_state(impl.from_canonical(params, CONFIG))
+    state = plan.place_state(impl.from_canonical(fresh(params), CONFIG))
     seen = {}
     for t, (batch, key) in enumerate(zip(batches[:steps], keys[:steps], strict=True)):
-        state, metrics = step(state, batch, key)
+        state, metrics = step(state, fresh(batch), key)
         if t in CHECKED:
             canonical = jax.device_get(impl.to_canonical(plan.local_state(state)))
             seen[t] = (parallel.device_copies(plan, state), jax.device_get(metrics), canonical)
@@ -78,13 +88,40 @@ def test_parallel_step_equals_the_serial_step(impl, run, mechanism, devices):
     for t in CHECKED:
         copies, metrics, canonical = seen[t]
         want_state, want_metrics = run[3][t]
-        assert len(copies) == devices
+        after = f"{mechanism} on {devices} device(s), after step {t + 1}"
+        assert len(copies) == devices, (
+            f"{after}: the state has {len(copies)} copies, one per device expected"
+        )
         for d, copy in enumerate(copies[1:], start=1):  # replicated means bit-identical
-            chex.assert_trees_all_equal(copy, copies[0], custom_message=f"device {d}, step {t}")
-        chex.assert_trees_all_close(metrics, want_metrics, rtol=RTOL, atol=ATOL)
+            differs = tree_mismatch(
+                copy, copies[0], f"{after}, device {d}'s state", rtol=0.0, against="device 0's"
+            )
+            assert differs is None, differs
+        assert_trees_close(
+            metrics,
+            want_metrics,
+            f"{after}, the metrics",
+            rtol=RTOL,
+            atol=ATOL,
+            against="the serial step's",
+        )
         # every leaf of the state: parameters, optimiser state, step
-        chex.assert_trees_all_close(copies[0], want_state, rtol=RTOL, atol=ATOL)
-        chex.assert_trees_all_close(canonical, impl.to_canonical(want_state), rtol=RTOL, atol=ATOL)
+        assert_trees_close(
+            copies[0],
+            want_state,
+            f"{after}, the state",
+            rtol=RTOL,
+            atol=ATOL,
+            against="the serial step's",
+        )
+        assert_trees_close(
+            canonical,
+            impl.to_canonical(want_state),
+            f"{after}, the canonical parameters",
+            rtol=RTOL,
+            atol=ATOL,
+            against="the serial step's",
+        )
 
 
 @pytest.mark.parametrize("mechanism", parallel.PER_DEVICE)
@@ -103,18 +140,30 @@ def test_each_device_uses_its_own_rows_of_the_global_noise(impl, mechanism):
 
     spy = _with_grads_fn(impl, grads_fn)
     plan = parallel.Plan.create(mechanism, devices)
-    batch, key = make_batch(jax.random.key(81), B), jax.random.key(82)
-    state = plan.place_state(spy.from_canonical(reference_params(jax.random.key(83)), CONFIG))
+    batch, key = suite_batch(81, B), jax.random.key(82)
+    state = plan.place_state(spy.from_canonical(suite_params(83), CONFIG))
     jax.block_until_ready(plan.make_step(spy)(state, batch, key))
     jax.effects_barrier()
     eps = np.asarray(noise(key, B, MODEL.latent_dim))
     rows = B // devices
-    assert sorted(seen) == list(range(devices))
+    assert sorted(seen) == list(range(devices)), (
+        f"{mechanism}: the gradient ran on the devices {sorted(seen)}, expected 0 to {devices - 1}"
+    )
     for d, (x, c, e) in seen.items():
         block = slice(d * rows, (d + 1) * rows)
-        np.testing.assert_array_equal(e, eps[block], err_msg=f"device {d}'s noise")
-        np.testing.assert_array_equal(x, np.asarray(batch.x)[block], err_msg=f"device {d}'s x")
-        np.testing.assert_array_equal(c, np.asarray(batch.c)[block], err_msg=f"device {d}'s c")
+        for what, got, want in (
+            ("noise", e, eps[block]),
+            ("x", x, np.asarray(batch.x)[block]),
+            ("c", c, np.asarray(batch.c)[block]),
+        ):
+            differs = tree_mismatch(
+                got,
+                want,
+                f"{mechanism}: device {d}'s {what}",
+                rtol=0.0,
+                against=f"rows {block.start} to {block.stop - 1} of the global batch's",
+            )
+            assert differs is None, differs
 
 
 @pytest.mark.parametrize("mechanism", parallel.PER_DEVICE)
@@ -133,8 +182,11 @@ def test_the_check_catches_devices_that_share_their_noise(impl, run, mechanism):
         parallel.Plan.create(mechanism, devices), noise=same_noise_everywhere
     )
     _, metrics, _ = _train(impl, plan, run, steps=1)[0]
-    with pytest.raises(AssertionError):
-        chex.assert_trees_all_close(metrics, run[3][0][1], rtol=RTOL, atol=ATOL)
+    differs = tree_mismatch(metrics, run[3][0][1], "metrics", rtol=RTOL, atol=ATOL)
+    assert differs is not None, (
+        f"{mechanism}: devices sharing their noise give the serial step's metrics within "
+        f"rtol {RTOL:g}: the check above cannot see that mistake"
+    )
 
 
 def _with_grads_fn(impl, grads_fn):

@@ -10,29 +10,37 @@ updates. An implementation without such paths reports these checks as not applic
 from __future__ import annotations
 
 import jax
-import numpy as np
 
-from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params, require
+from cvae_rosetta.conformance.common import (
+    CONFIG,
+    assert_close,
+    require,
+    suite_batch,
+    suite_params,
+)
 
 STEPS = 4
 
 
 def test_every_path_follows_the_protocol_step(impl):
     require(impl, "paths")
-    params = reference_params(jax.random.key(31))
-    batches = [make_batch(jax.random.key(40 + t)) for t in range(STEPS)]
+    batches = [suite_batch(40 + t) for t in range(STEPS)]
     keys = [jax.random.key(50 + t) for t in range(STEPS)]
     step = jax.jit(impl.train_step)
-    state = impl.from_canonical(params, CONFIG)
+    state = impl.from_canonical(suite_params(31), CONFIG)
     expected = []
     for batch, key in zip(batches, keys, strict=True):
         state, metrics = step(state, batch, key)
         expected.append({k: float(v) for k, v in metrics.items()})
     for label, make in impl.extras["paths"].items():
-        path_step, carry = make(impl.from_canonical(params, CONFIG))
+        path_step, carry = make(impl.from_canonical(suite_params(31), CONFIG))
         for t, (batch, key) in enumerate(zip(batches, keys, strict=True)):
             carry, metrics = path_step(carry, batch, key)
             for name, want in expected[t].items():
-                np.testing.assert_allclose(
-                    float(metrics[name]), want, rtol=1e-5, err_msg=f"{label}: {name} at step {t}"
+                assert_close(
+                    float(metrics[name]),
+                    want,
+                    f"the path {label!r}'s {name} at step {t}",
+                    rtol=1e-5,
+                    against="train_step's",
                 )

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import MODEL, B, make_batch, reference_params
+from cvae_rosetta.conformance.common import MODEL, B, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 
 U = 2.0**-8  # bfloat16's unit roundoff
@@ -111,8 +111,8 @@ def run(impl, model_name: str, dtype: str) -> Run:
     """
     model = MODELS[model_name]
     config = config_of(model_name, dtype)
-    params = reference_params(jax.random.key(42), model)
-    batch = make_batch(jax.random.key(7), B, model)
+    params = suite_params(42, model)
+    batch = suite_batch(7, B, model)
     z = jax.random.normal(jax.random.key(3), (B, model.latent_dim))
     key = jax.random.key(11)
 
@@ -195,7 +195,10 @@ def assert_steps_agree(start, got, want, lr: float, what: str, scale: float = 1.
         for s, g, w in zip(*(jax.tree.leaves(t) for t in (start, got, want)), strict=True)
     ]
     flat = np.concatenate(diffs)
-    assert flat.max() <= 2 * lr * (1 + 1e-4), f"{what}: an update differs by {flat.max():.3g}"
+    assert flat.max() <= 2 * lr * (1 + 1e-4), (
+        f"{what}: an update differs by {flat.max():.3g}; two first Adam steps differ by at most "
+        f"2 lr = {2 * lr:g}"
+    )
     flipped = float(np.mean(flat > 1e-3 * lr))
     assert flipped <= scale * MAX_FLIPPED, (
         f"{what}: {flipped:.2%} of the entries were updated differently, "
@@ -223,9 +226,12 @@ def dtype_of(leaf) -> np.dtype:
 
 def assert_all_float32(tree, what: str) -> None:
     leaves = floating_leaves(tree)
-    assert leaves, f"{what}: no floating leaves at all"
+    assert leaves, f"{what}: no floating leaves at all, where the spec keeps float32 arrays"
     wrong = [f"{path}: {dtype_of(leaf)}" for path, leaf in leaves if dtype_of(leaf) != np.float32]
-    assert not wrong, f"{what}: leaves that are not float32: {wrong[:5]}"
+    assert not wrong, (
+        f"{what}: {len(wrong)} floating leaves are not float32 (e.g. {wrong[0]}); the spec keeps "
+        "parameters, optimiser state and outputs float32 whatever the compute dtype"
+    )
 
 
 def matmul_dtypes(fn, *args) -> list[tuple[str, ...]]:
@@ -257,8 +263,8 @@ def n_layers(model: ModelConfig) -> int:
 def test_parameters_and_optimizer_state_stay_float32(impl, model_name):
     config = config_of(model_name, "bfloat16")
     model = MODELS[model_name]
-    params = reference_params(jax.random.key(0), model)
-    batch = make_batch(jax.random.key(1), B, model)
+    params = suite_params(0, model)
+    batch = suite_batch(1, B, model)
 
     state = impl.init(jax.random.key(0), config)
     assert_all_float32(state, "init's state")
@@ -280,8 +286,12 @@ def test_parameters_and_optimizer_state_stay_float32(impl, model_name):
 def test_outputs_are_float32(impl, model_name):
     r = run(impl, model_name, "bfloat16")
     for what, value in (("mean", r.mean), ("logvar", r.logvar), ("logits", r.logits)):
-        assert value.dtype == jnp.float32, f"{what}: {value.dtype}"
-    assert r.loss.dtype == jnp.float32, f"loss: {r.loss.dtype}"
+        assert value.dtype == jnp.float32, (
+            f"{what} is {value.dtype} under bfloat16 compute; the spec returns float32"
+        )
+    assert r.loss.dtype == jnp.float32, (
+        f"the loss is {r.loss.dtype} under bfloat16 compute; the spec returns float32"
+    )
     assert_all_float32(r.metrics, "loss metrics")
     assert_all_float32(r.step_metrics, "train_step metrics")
     assert_all_float32(r.grads, "gradients with respect to the canonical parameters")
@@ -291,8 +301,8 @@ def test_matmuls_take_the_compute_dtype(impl, model_name):
     """Every matmul of the traced loss and step is bfloat16, and float32 in a float32 run (so the
     check sees the matmuls at all)."""
     model = MODELS[model_name]
-    params = reference_params(jax.random.key(0), model)
-    batch = make_batch(jax.random.key(1), B, model)
+    params = suite_params(0, model)
+    batch = suite_batch(1, B, model)
     key = jax.random.key(2)
     layers = n_layers(model)
     for dtype in ("bfloat16", "float32"):
@@ -305,6 +315,10 @@ def test_matmuls_take_the_compute_dtype(impl, model_name):
                 f"{least} ({layers} layers)"
             )
             wrong = [d for d in floating if set(d) != {dtype}]
+            assert len(wrong) < len(floating) or dtype == "float32", (
+                f"compute_dtype={dtype}: none of the {len(floating)} matmuls of {entry} takes "
+                f"{dtype} operands (e.g. {wrong[0]}): compute_dtype is ignored"
+            )
             assert not wrong, (
                 f"compute_dtype={dtype}: {len(wrong)} of {len(floating)} matmuls of {entry} "
                 f"take other operands, e.g. {wrong[0]}"
@@ -328,7 +342,10 @@ def test_bf16_forward_is_close_to_float32_but_not_equal(impl, model_name):
 
 def test_bf16_loss_and_gradients_are_close_to_float32(impl, model_name):
     bf16, f32 = run(impl, model_name, "bfloat16"), run(impl, model_name, "float32")
-    assert float(bf16.loss) == float(bf16.metrics["loss"])
+    assert float(bf16.loss) == float(bf16.metrics["loss"]), (
+        f'metrics["loss"] {float(bf16.metrics["loss"])!r} is not the loss returned beside it, '
+        f"{float(bf16.loss)!r}"
+    )
     # Reduced in float32: a float32 result is a bfloat16 number by chance once in 2**16.
     values = [
         float(m[k]) for m in (bf16.metrics, bf16.step_metrics) for k in ("loss", "recon", "kl")
@@ -337,7 +354,9 @@ def test_bf16_loss_and_gradients_are_close_to_float32(impl, model_name):
     assert len(in_bf16) <= 1, f"the metrics {in_bf16} are bfloat16 numbers: not reduced in float32"
     assert_metrics_close(bf16.metrics, f32.metrics, "bfloat16 against float32")
     assert_grads_close(bf16.grads, f32.grads, "bfloat16 against float32")
-    assert rel_rms(bf16.grads, f32.grads) > 0, "bfloat16 gradients equal float32 ones bit for bit"
+    assert rel_rms(bf16.grads, f32.grads) > 0, (
+        "the bfloat16 gradients equal the float32 ones bit for bit: compute_dtype is ignored"
+    )
 
 
 def test_bf16_step_is_close_to_float32(impl, model_name):

@@ -14,7 +14,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
+from cvae_rosetta.conformance.common import (
+    CONFIG,
+    assert_trees_close,
+    copy_to_host,
+    suite_batch,
+    suite_params,
+)
 
 VARIANTS = ["without_jit", "with_jit", "with_pmap", "with_fake_pmap"]
 
@@ -40,20 +46,21 @@ def run_variant(variant: str, fn, *args):
     return [jax.tree.map(lambda x, i=i: x[i], out) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def inputs():
-    params = reference_params(jax.random.key(61))
-    return params, make_batch(jax.random.key(62)), jax.random.key(63)
+    """Parameters, batch and key in buffers of this check's own."""
+    return suite_params(61), suite_batch(62), jax.random.key(63)
 
 
 @pytest.fixture(scope="module")
-def jitted(impl, inputs):
-    """The jitted results every variant is compared with, computed once per implementation."""
-    params, batch, key = inputs
+def jitted(impl):
+    """The jitted results every variant is compared with, computed once per implementation (kept
+    as NumPy arrays: nothing a check does can delete them)."""
+    params, batch, key = suite_params(61), suite_batch(62), jax.random.key(63)
     state = impl.from_canonical(params, CONFIG)
     loss = jax.jit(impl.loss)(state, batch, key)
     new_state, metrics = jax.jit(impl.train_step)(state, batch, key)
-    return loss, (impl.to_canonical(new_state), metrics)
+    return copy_to_host(loss), copy_to_host((impl.to_canonical(new_state), metrics))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -61,8 +68,15 @@ def test_loss_is_the_same_in_every_variant(impl, inputs, jitted, variant):
     params, batch, key = inputs
     state = impl.from_canonical(params, CONFIG)
     want = jitted[0]
-    for got in run_variant(variant, impl.loss, state, batch, key):
-        chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
+    for device, got in enumerate(run_variant(variant, impl.loss, state, batch, key)):
+        assert_trees_close(
+            got,
+            want,
+            f"loss and metrics {variant}" + (f" on device {device}" if device else ""),
+            rtol=1e-6,
+            atol=1e-6,
+            against="the jitted call's",
+        )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -70,6 +84,22 @@ def test_train_step_is_the_same_in_every_variant(impl, inputs, jitted, variant):
     params, batch, key = inputs
     want, want_metrics = jitted[1]
     state = impl.from_canonical(params, CONFIG)
-    for got_state, got_metrics in run_variant(variant, impl.train_step, state, batch, key):
-        chex.assert_trees_all_close(got_metrics, want_metrics, rtol=1e-6, atol=1e-6)
-        chex.assert_trees_all_close(impl.to_canonical(got_state), want, rtol=1e-6, atol=1e-7)
+    outputs = run_variant(variant, impl.train_step, state, batch, key)
+    for device, (got_state, got_metrics) in enumerate(outputs):
+        on = f"{variant}" + (f" on device {device}" if device else "")
+        assert_trees_close(
+            got_metrics,
+            want_metrics,
+            f"the step's metrics {on}",
+            rtol=1e-6,
+            atol=1e-6,
+            against="the jitted step's",
+        )
+        assert_trees_close(
+            impl.to_canonical(got_state),
+            want,
+            f"the parameters after a step {on}",
+            rtol=1e-6,
+            atol=1e-7,
+            against="the jitted step's",
+        )

@@ -4,14 +4,33 @@ tox picks the project's tests by marker (``-m docs``, ``-m "not (...)"``; see to
 whose ``pytestmark`` the ``-m`` expression deselects is not even imported here: several of them
 skip at import time where their framework or browser is missing, and that skip would otherwise be
 reported by every environment that deselects them anyway.
+
+The project's own property tests take their budgets from the suite's hypothesis profiles: ``ci``
+unless hypothesis's ``--hypothesis-profile`` or ``CVAE_HYPOTHESIS_PROFILE`` names another. (The
+conformance plugin applies its settings to the suite's own checks only, never to a session's other
+tests, so the project chooses its own here.)
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from _pytest.mark.expression import Expression
+from hypothesis import settings
+
+from cvae_rosetta.conformance.plugin import PROFILES, profile_settings
+
+for _name in PROFILES:
+    settings.register_profile(_name, **profile_settings(_name))
+
+
+def pytest_configure(config) -> None:
+    if config.getoption("hypothesis_profile", None) is None:  # hypothesis's own option wins
+        profile = os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
+        settings.load_profile(profile or "ci")
+
 
 MODULE_MARK = re.compile(r"^pytestmark = (.+)$", re.MULTILINE)
 

@@ -1,16 +1,23 @@
-"""``template/my_impl.py``, filled in outside the repository, passes the conformance suite.
+"""Both ways to bring your own implementation pass the conformance suite, outside the repository.
 
-The template is copied into a package in a temporary folder (``byo_pkg``), each of its placeholders
-(a function that ends in ``raise NotImplementedError``) is replaced by a small plain-JAX
-implementation written below, and the suite and ``cvae train`` run on it in subprocesses, exactly as
-a user outside the repository runs them; the filled template also trains for an epoch. The
-template as it is must fail the suite, so it cannot pass by accident.
+The template route: ``template/my_impl.py`` is copied into a package in a temporary folder
+(``byo_pkg``), each of its placeholders (a function that ends in ``raise NotImplementedError``) is
+replaced by a small plain-JAX implementation written below, and the suite and ``cvae train`` run on
+it in subprocesses, exactly as a user outside the repository runs them; the filled template also
+trains for an epoch. The template as it is must fail the suite, so it cannot pass by accident.
+
+The raw route: ``template/raw_impl.py``, which implements the protocol members itself with its own
+loss, validation and train state and imports nothing from ``cvae_rosetta``, is copied as it is
+(``raw_impl_pkg``) and must pass the spec and property checks (every refusal among them matched
+word for word against the error grammar of ``docs/spec.md``) and train for an epoch; a copy that
+words one refusal outside the grammar must fail, so the grammar is what it passes by.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -23,6 +30,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template" / "my_impl.py"
 TARGET = "byo_pkg.my_impl:implementation"
+RAW = ROOT / "template" / "raw_impl.py"
+RAW_TARGET = "raw_impl_pkg.raw_impl:implementation"
 
 
 def _layout():
@@ -173,10 +182,10 @@ def assert_sections_in_order(source: str, what: str) -> None:
     assert MARKER.findall(source) == expected, f"{what}: sections {MARKER.findall(source)}"
 
 
-def make_package(root: Path, package: str, source: str) -> None:
+def make_package(root: Path, package: str, source: str, module: str = "my_impl") -> None:
     (root / package).mkdir(parents=True)
     (root / package / "__init__.py").write_text("")
-    (root / package / "my_impl.py").write_text(source)
+    (root / package / f"{module}.py").write_text(source)
 
 
 def run_python(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -285,3 +294,108 @@ def test_the_filled_template_passes_the_suite_and_trains(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (out / "summary.json").is_file() and (out / "metrics.jsonl").is_file()
     assert "my_impl on digits" in result.stdout, result.stdout
+
+
+# --- a raw implementation: the protocol written directly ------------------------------------------
+
+SPEC_AND_PROPERTIES = (
+    "cvae_rosetta.conformance.test_spec",
+    "cvae_rosetta.conformance.test_properties",
+)
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module ``source`` imports, at any depth (``import a.b``, ``from a.b import c``)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_raw_implementation_stands_alone(tmp_path):
+    """It imports nothing of the project, not even indirectly, has every protocol member without
+    the project's ``Adapter``, and has the sections ``docs/own_implementation.md`` shows."""
+    from cvae_rosetta.spec.protocol import MEMBERS
+
+    source = RAW.read_text()
+    assert source.startswith('"""'), "template/raw_impl.py has no module docstring"
+    ours = sorted(m for m in imported_modules(source) if m.split(".")[0] == "cvae_rosetta")
+    assert not ours, f"template/raw_impl.py imports {ours}; a raw implementation imports none"
+
+    make_package(tmp_path, "raw_impl_pkg", source, module="raw_impl")
+    probe = (
+        "import sys; from raw_impl_pkg.raw_impl import implementation as impl; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cvae_rosetta')); "
+        f"print([m for m in {MEMBERS!r} if not hasattr(impl, m)]); print(type(impl).__name__)"
+    )
+    result = run_python(tmp_path, "-c", probe, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    loaded, missing, kind = result.stdout.splitlines()[-3:]
+    assert loaded == "[]", f"importing template/raw_impl.py loads {loaded}"
+    assert missing == "[]", f"template/raw_impl.py's implementation has no {missing}"
+    assert kind != "Adapter"
+
+    sections = ["model", "canonical", "validation", "loss", "state", "protocol"]
+    expected = [(kind, name) for name in sections for kind in ("start", "end")]
+    assert MARKER.findall(source) == expected, MARKER.findall(source)
+    page = (ROOT / "docs" / "own_implementation.md").read_text()
+    shown = re.findall(r"<!-- snippet template/raw_impl\.py:(\w+) -->", page)
+    assert shown == sections, shown
+
+
+def test_the_raw_implementation_passes_the_suite_and_trains(tmp_path):
+    make_package(tmp_path, "raw_impl_pkg", RAW.read_text(), module="raw_impl")
+    result = suite(tmp_path, RAW_TARGET, timeout=900, modules=SPEC_AND_PROPERTIES)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    lines = output.splitlines()
+    header = [line for line in lines if line.strip().startswith(f"impl {RAW_TARGET}:")]
+    assert header and "from raw_impl_pkg.raw_impl" in header[0], output[:3000]
+    passed = re.search(r"(\d+) passed", output)
+    assert passed and int(passed.group(1)) > 50, output[-3000:]
+
+    # every refusal check ran (none skipped or not applicable) and passed on its own wording
+    report = json.loads((tmp_path / "conformance-report.json").read_text())
+    results = report["results"][RAW_TARGET]
+    refusals = {check: outcome for check, outcome in results.items() if "refused" in check}
+    assert len(refusals) >= 30, sorted(results)
+    assert set(refusals.values()) == {"passed"}, refusals
+
+    out = tmp_path / "run"
+    result = run_python(
+        tmp_path,
+        *("-m", "cvae_rosetta.cli", "train", "--impl", RAW_TARGET, "--epochs", "1"),
+        *("--no-progress", "--out", str(out)),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (out / "summary.json").is_file() and (out / "metrics.jsonl").is_file()
+    assert any((out / "checkpoints").iterdir()), "no checkpoint of the raw train state"
+    assert "raw_jax on digits" in result.stdout, result.stdout
+
+
+def test_a_raw_refusal_worded_outside_the_grammar_fails(tmp_path):
+    """``batch.x: expected only finite values`` says the same in other words, and the suite must
+    not accept it: the phrases of docs/spec.md's error table are the contract."""
+    source = RAW.read_text()
+    assert source.count("expected finite values") == 1
+    make_package(
+        tmp_path,
+        "reworded_pkg",
+        source.replace("expected finite values", "expected only finite values"),
+        module="raw_impl",
+    )
+    result = suite(
+        tmp_path,
+        "reworded_pkg.raw_impl:implementation",
+        *("-k", "test_bad_batches_are_refused and (NaN or Inf)"),
+        timeout=300,
+        modules=("cvae_rosetta.conformance.test_spec",),
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]  # 1: tests failed (not a usage error)
+    assert "expected only finite values" in output, output[-3000:]
+    assert re.search(r"\b4 failed\b", output), output[-3000:]

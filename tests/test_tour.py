@@ -22,7 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 pytestmark = pytest.mark.docs
 
 TOUR = Path(__file__).resolve().parent.parent / "examples" / "tour"
-# Not ``impl``: the conformance plugin parametrises any test that asks for a fixture of that name.
+# Not ``impl``: the name of the conformance suite's own fixture.
 IMPLEMENTATIONS = ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox"]
 
 

@@ -15,6 +15,7 @@ that it fails. Adding a function decorated with :func:`bug` adds a case.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec import canonical, protocol
 from cvae_rosetta.spec.canonical import layer_sizes
 from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
 from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
@@ -117,19 +118,21 @@ def _decoder(*, cond=condition, relu_output=False, output=lambda logits: logits)
 _ENCODE, _DECODE = _encoder(), _decoder()  # the reference's
 
 
-def _objective(*, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean):
-    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its reductions swappable."""
+def _objective(
+    *, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean, recon=bernoulli_recon
+):
+    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its pieces swappable."""
 
     def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
         if loss.kind == "bernoulli":
-            recon = bernoulli_reduce(bernoulli_recon(logits, x))
+            recon_value = bernoulli_reduce(recon(logits, x))
             kl_value = bernoulli_reduce(jnp.sum(kl(mean, logvar), axis=-1))
         else:
             squared = jnp.square(jax.nn.sigmoid(logits.astype(jnp.float32)) - x)
-            recon = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
+            recon_value = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
             kl_value = jnp.mean(kl(mean, logvar))
-        total = recon + loss.beta * kl_value
-        return total, {"loss": total, "recon": recon, "kl": kl_value}
+        total = recon_value + loss.beta * kl_value
+        return total, {"loss": total, "recon": recon_value, "kl": kl_value}
 
     return cvae_loss
 
@@ -218,6 +221,21 @@ def logits_as_probabilities():
     """``decode`` returns ``sigmoid`` probabilities (a Keras ``activation='sigmoid'`` output
     layer), and the loss then feeds them to a cross-entropy that expects logits."""
     return _pipeline(decode=_decoder(output=jax.nn.sigmoid))
+
+
+def _naive_bernoulli(logits, x):
+    prob = jax.nn.sigmoid(logits.astype(jnp.float32))
+    x = x.astype(jnp.float32)
+    return -jnp.sum(x * jnp.log(prob) + (1.0 - x) * jnp.log(1.0 - prob), axis=-1)
+
+
+@bug
+def bernoulli_loss_from_probabilities():
+    """The Bernoulli loss written straight from its formula, ``-(x log sigmoid(l) + (1 - x)
+    log(1 - sigmoid(l)))``: right for moderate logits, but once a logit saturates in float32
+    (``sigmoid(l) == 1.0``) it takes ``log(0)``, and the loss, its gradient and the parameters after
+    one step are no longer finite."""
+    return _pipeline(objective=_objective(recon=_naive_bernoulli))
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -312,6 +330,20 @@ def canonical_views_of_donated_buffers():
     """``to_canonical`` hands out the state's own buffers instead of copies: once a step donates
     the state, the caller's canonical tree is deleted under it."""
     return _rebuild(_NoCopyAdapter)
+
+
+class _AliasingAdapter(Adapter):
+    def from_canonical(self, params, config):
+        canonical.check(params, config.model)
+        return self.from_canonical_fn(params, config)  # the caller's arrays, not copies
+
+
+@bug
+def from_canonical_keeps_callers_arrays():
+    """``from_canonical`` builds the state on the caller's own arrays instead of copies: a jitted
+    step that donates the state deletes the caller's parameter tree under it (and every later use
+    of that tree fails with "Array has been deleted")."""
+    return _rebuild(_AliasingAdapter)
 
 
 def _bf16_master(params, config: Config):
@@ -541,4 +573,71 @@ def labels_not_range_checked():
     return _rebuild(_UncheckedLabelsAdapter)
 
 
+@contextlib.contextmanager
+def _worded(text: str):
+    try:
+        yield
+    except ValueError:
+        raise ValueError(text) from None
+
+
+class _FreelyWordedAdapter(Adapter):
+    def from_canonical(self, params, config):
+        with _worded("invalid parameters"):
+            return super().from_canonical(params, config)
+
+    def encode(self, state, x, c):
+        with _worded("invalid input"):
+            return super().encode(state, x, c)
+
+    def decode(self, state, z, c):
+        with _worded("invalid input"):
+            return super().decode(state, z, c)
+
+    @staticmethod
+    def _noise(state, batch, key):
+        with _worded("invalid batch"):
+            return Adapter._noise(state, batch, key)
+
+
+@bug
+def bad_input_worded_freely():
+    """Bad input refused with messages of its own (``invalid batch``, ``invalid input``) instead of
+    the spec's ``<field>: expected <what>, got <actual>``: the caller learns neither which field is
+    wrong nor why."""
+    return _rebuild(_FreelyWordedAdapter)
+
+
 NAMES: list[str] = list(BUGS)
+
+# What the suite's diagnosis must say of each: the earliest layer that fails
+# (``cvae_rosetta.conformance.layers``) and a phrase of the first line of its cause's message (the
+# first check to fail in that layer). ``test_meta.py`` holds every run to it.
+EXPECTED: dict[str, tuple[str, str]] = {
+    "kl_missing_half": ("loss", "kl is twice the reference"),
+    "std_as_exp_logvar": ("loss", "takes exp(logvar) as its standard deviation"),
+    "loss_summed_over_batch": ("loss", "a sum over the batch where the spec averages"),
+    "mse_summed_over_pixels": ("loss", "a sum over pixels where the spec averages"),
+    "logits_as_probabilities": ("forward", "decode returns probabilities sigmoid(logits)"),
+    "bernoulli_loss_from_probabilities": ("edges", "at saturated logits"),
+    "encoder_ignores_label": ("forward", "the encoder ignores the label"),
+    "one_hot_hardcoded_10": ("properties", "labels"),
+    "latent_split_swapped": ("forward", "encode returns (logvar, mean)"),
+    "relu_on_output_layer": ("forward", "a ReLU after the output layer"),
+    "latent_kernel_transposed": ("forward", "['latent']['kernel'] transposed"),
+    "biases_dropped_in_conversion": ("surface", "is all zeros"),
+    "canonical_views_of_donated_buffers": ("jit", "to_canonical hands out the state's own buffers"),
+    "from_canonical_keeps_callers_arrays": ("jit", "from_canonical keeps the caller's arrays"),
+    "parameters_stored_in_compute_dtype": ("edges", "the parameters rounded to bfloat16"),
+    "compute_dtype_ignored": ("precision", "compute_dtype is ignored"),
+    "uniform_init": ("shapes", "the spec's LeCun normal"),
+    "optimizer_state_not_advanced": ("training", "the optimiser state does not advance"),
+    "weight_decay_as_l2_loss": ("step", "an L2 penalty"),
+    "gradient_clipping_missing": ("step", "without clip_by_global_norm"),
+    "optimizer_rebuilt_every_step": ("jit", "traced 3 times"),
+    "key_ignored": ("loss", "eps = normal(key, (B, L))"),
+    "hidden_rng_state": ("loss", "eps = normal(key, (B, L))"),
+    "noise_shared_by_all_rows": ("loss", "the same noise row for every example"),
+    "labels_not_range_checked": ("bad_input", "accepted, where the spec refuses it"),
+    "bad_input_worded_freely": ("bad_input", "the spec's grammar"),
+}

@@ -13,19 +13,23 @@ own eager operations once, not once per implementation:
   failures of the reference, which must pass everything;
 - checks that take no implementation (the checker's own) run with the reference, and are left out
   of a session without one;
-- each implementation's checks run with ``runner.FIRST`` first, then in the suite's order;
+- each implementation's checks run in the order of the suite's layers
+  (:mod:`cvae_rosetta.conformance.layers`), in the suite's order within a layer: the order the
+  conformance plugin runs them in for a user, so the first failure is one of the earliest layer
+  that fails, the cause the plugin's diagnosis names;
 - with ``--meta-first-failure``, once a check of an implementation has failed while running (not
   while setting up), its remaining checks are not run (reported as skipped, reason
-  :data:`STOPPED`): ``pytest -x``, per implementation;
+  :data:`STOPPED`): ``pytest -x``, per implementation (every earlier layer has passed by then);
 - one process compiles what a session's many implementations need, and on Linux every compiled
   executable holds memory mappings, of which a process may have ``vm.max_map_count`` (65530 by
   default); XLA aborts the process when it runs out. So when, after a check, the process holds
   more than half of them, the plugin calls ``jax.clear_caches()`` (what is compiled again later
   costs time, nothing else);
 - ``--meta-record PATH`` gets a JSON-lines record, written as the session goes: the checks
-  collected for each implementation (in the suite's order), then every check's outcome, duration
-  and failure, collection errors, and the exit status at the end. ``runner`` reads it back into
-  one ``SuiteRun`` per implementation.
+  collected for each implementation (in the suite's order), then every check's outcome, duration,
+  layer and failure (with the first line of its message as the plugin's diagnosis shows it),
+  collection errors, and the exit status at the end. ``runner`` reads it back into one
+  ``SuiteRun`` per implementation.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from pathlib import Path
 
 import pytest
 
-from cvae_rosetta.conformance.meta_tests.runner import FIRST, check_id
+from cvae_rosetta.conformance import layers
+from cvae_rosetta.conformance.meta_tests.runner import check_id, layer_of_check
 
 STOPPED = "meta tests: not run, an earlier check of this implementation failed"
 MAPS, MAX_MAP_COUNT = Path("/proc/self/maps"), Path("/proc/sys/vm/max_map_count")
@@ -171,14 +176,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
 
-    first = {name: rank for rank, name in enumerate(FIRST)}
     order = {target: rank for rank, target in enumerate(state.targets)}
     order[state.reference] = len(order)
 
     def key(indexed: tuple[int, pytest.Item]) -> tuple[int, int, int]:
         index, item = indexed
         target, check = state.items[item.nodeid]
-        return order[target], first.get(check.partition("[")[0], len(first)), index
+        return order[target], layers.RANK[layer_of_check(check)], index
 
     items[:] = [item for _, item in sorted(enumerate(kept), key=key)]
     checks: dict[str, list[str]] = {target: [] for target in state.targets}
@@ -206,6 +210,19 @@ def _message(report: pytest.TestReport) -> str:
     return str(report.longrepr)
 
 
+def first_line(message: str) -> str:
+    """The failure as the conformance plugin's diagnosis shows it: its message's first meaningful
+    line, without ``AssertionError:`` (``plain_message`` of the plugin, where it has one)."""
+    try:
+        from cvae_rosetta.conformance.plugin import plain_message
+    except ImportError:
+        plain_message = None
+    if plain_message is not None:
+        return plain_message(message)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0].removeprefix("AssertionError: ") if lines else ""
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     state = _SESSION[0] if _SESSION else None
     if state is None or report.nodeid not in state.items:
@@ -231,12 +248,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         "target": target,
         "check": check,
         "outcome": outcome,
+        "layer": layer_of_check(check),
         "seconds": round(sum(r.duration for r in phases), 4),
     }
     if failed:
         event |= {
             "when": failed[0].when,
             "message": _message(failed[0])[:2000],
+            "first_line": first_line(_message(failed[0])),
             "text": failed[0].longreprtext[-3000:],
         }
     elif outcome == "skipped":

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import cvae_rosetta.conformance as conformance
+from cvae_rosetta.conformance import layers
 
 # Per target of a session (a session's bound is this times its number of targets); the whole suite
 # takes one to two minutes on two shared CPU cores.
@@ -48,7 +49,8 @@ class SuiteRun:
     outcomes: dict[str, str]  # check -> passed, failed or skipped, in the suite's order
     collection_errors: list[str]
     output_tail: str
-    # check -> {"when": setup, call or teardown, "message": the exception's one line}
+    # check -> {"when": setup, call or teardown, "message": the exception's message,
+    # "first_line": its first line as the plugin's diagnosis shows it}
     failures: dict[str, dict] = dataclasses.field(default_factory=dict)
     not_run: list[str] = dataclasses.field(default_factory=list)  # stopped after a failure
     unfinished: list[str] = dataclasses.field(default_factory=list)  # collected, never reported
@@ -79,6 +81,16 @@ class SuiteRun:
         """Checks whose test itself failed (an assertion, or the implementation raising), not an
         error while setting up or tearing down."""
         return [c for c in self.failed if self.failures.get(c, {}).get("when") == "call"]
+
+    @property
+    def diagnosis(self) -> tuple[str, str, str] | None:
+        """``(layer, check, first line of its message)`` of the cause, as the plugin names it: the
+        first failed check (in the suite's order, which within a layer is the order they ran) of
+        the earliest layer that failed; None when nothing failed."""
+        if not self.failed:
+            return None
+        check = min(self.failed, key=lambda c: layers.RANK[layer_of_check(c)])
+        return layer_of_check(check), check, self.failures.get(check, {}).get("first_line", "")
 
     @property
     def valid(self) -> bool:
@@ -116,54 +128,27 @@ def check_id(classname: str, name: str, target: str | None) -> str:
     return f"{module}::{base}" + (f"[{params}]" if params else "")
 
 
+def layer_of_check(check: str) -> str:
+    """The layer of a check id (``test_spec::test_x[mse-1.0]``)."""
+    module, _, name = check.partition("::")
+    return layers.layer_of(module, name)
+
+
 def label_of(target: str) -> str:
     """``cvae_rosetta.conformance.meta_tests.broken:kl_missing_half`` -> ``kl_missing_half``."""
     return target.rpartition(":")[2]
 
 
-# The suite's modules, in the order a session collects them (any other found is collected after
-# these, see ``modules``).
-ORDERED = (
-    "cvae_rosetta.conformance.test_spec",
-    "cvae_rosetta.conformance.test_meta_gaps",
-    "cvae_rosetta.conformance.test_paths",
-    "cvae_rosetta.conformance.test_variants",
-    "cvae_rosetta.conformance.test_precision",
-    "cvae_rosetta.conformance.test_parallel",
-    "cvae_rosetta.conformance.test_properties",
-)
-
-
 def modules() -> tuple[str, ...]:
-    """Every per-implementation module of the suite (``test_cross``, of pairs, is not one): those
-    of ``ORDERED`` that exist, in that order, then any other."""
+    """Every per-implementation module of the suite (``test_cross``, of pairs, is not one), in
+    the order ``pytest --pyargs cvae_rosetta.conformance`` collects them: by name. (Within a layer
+    the checks run in this order, so the cause a run names is the one a user's run names.)"""
     found = {
         f"conformance.{m.name}"
         for m in pkgutil.iter_modules(conformance.__path__)
         if m.name.startswith("test_") and m.name != "test_cross"
     }
-    return tuple(m for m in ORDERED if m in found) + tuple(sorted(found - set(ORDERED)))
-
-
-# Checks each target runs first, in this order (every case of each), before the rest in the
-# suite's order: cheap ones (a few compilations of the small model at most) that, between them,
-# catch every bug of ``broken.py`` (docs/meta_tests.md), so a run that stops at its first failure
-# ends after a check or two. Reordering changes no outcome: every check is independent of the
-# others, with its own inputs.
-FIRST = (
-    "test_spec::test_canonical_round_trip",
-    "test_spec::test_encode_decode_match_reference",
-    "test_spec::test_loss_matches_reference",
-    "test_spec::test_bad_encode_and_decode_inputs_are_refused",
-    "test_precision::test_matmuls_take_the_compute_dtype",
-    "test_meta_gaps::test_later_steps_follow_the_reference_optimizer",
-    "test_meta_gaps::test_clipping_is_applied_before_adam",
-    "test_spec::test_init_is_lecun_normal_with_zero_biases",
-    "test_spec::test_step_traces_once_for_equal_configs",
-    "test_spec::test_donated_step_leaves_callers_parameters_intact",
-    "test_precision::test_parameters_and_optimizer_state_stay_float32",
-    "test_properties::test_encode_and_decode_match_reference",
-)
+    return tuple(sorted(found))
 
 
 def command(
@@ -254,7 +239,11 @@ def runs_from_record(
         ordered = [c for c in expected if c in own] + [c for c in own if c not in expected]
         outcomes = {c: own[c]["outcome"] for c in ordered if own[c]["outcome"] != "stopped"}
         failures = {
-            c: {"when": e.get("when"), "message": e.get("message", "")}
+            c: {
+                "when": e.get("when"),
+                "message": e.get("message", ""),
+                "first_line": e.get("first_line", ""),
+            }
             for c, e in own.items()
             if e["outcome"] == "failed"
         }

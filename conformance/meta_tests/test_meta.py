@@ -9,6 +9,11 @@ usage error) and a check failed *while running* (the test's own assertions on th
 implementation raising, not an error while setting up) that passed on the reference under the same
 harness: a suite that crashes, or a harness that fails everything, proves nothing.
 
+Being caught is not enough: the run must also name the cause. ``broken.EXPECTED`` gives, for each
+broken implementation, the earliest layer that must fail (``cvae_rosetta.conformance.layers``) and
+a phrase the first line of its cause's message must contain (the cause: the first check to fail in
+that layer, which the plugin's diagnosis names), e.g. ``("loss", "kl is twice the reference")``.
+
 Not collected by ``pytest --pyargs cvae_rosetta.conformance``; run it explicitly::
 
     pytest --pyargs cvae_rosetta.conformance.meta_tests  # about 27 minutes on two CPU cores
@@ -17,9 +22,11 @@ Not collected by ``pytest --pyargs cvae_rosetta.conformance``; run it explicitly
         --out docs/meta_tests.md
 
 ``CVAE_META_FAST=1`` stops each broken implementation's run at its first failing check (what
-tox's ``meta`` environment does, to stay within the CI budget), with the checks of
-``runner.FIRST`` first: about three minutes in all. ``CVAE_META_RESULTS`` keeps each run's JSON
-summary (the report reads them) and each session's record and output; ``CVAE_META_WORKERS=2``
+tox's ``meta`` environment does, to stay within the CI budget); the checks run in the order of the
+suite's layers, so that check is the cause the plugin's diagnosis names, and every check of an
+earlier layer has passed by then (a bug caught late costs every earlier layer's checks).
+``CVAE_META_RESULTS`` keeps each run's JSON summary (the report reads them) and each session's
+record and output; ``CVAE_META_WORKERS=2``
 runs two sessions side by side (worth it on two otherwise idle cores); ``CVAE_META_TIMEOUT``
 bounds each run in seconds; ``CVAE_META_PYTEST_ARGS`` adds pytest arguments to every session
 (``-k ...`` to leave slow checks out; the table is then incomplete).
@@ -153,16 +160,47 @@ def test_runs_cover_every_module_of_the_suite():
     assert len(named) == len(set(named)) and set(named) == found - {"test_cross"}
 
 
-def test_the_checks_run_first_are_checks_of_the_suite():
-    """A renamed check in ``runner.FIRST`` would silently fall back to the suite's order."""
-    from cvae_rosetta.conformance.meta_tests.runner import FIRST, modules
+def test_every_check_of_the_suite_has_its_layer():
+    """Each check's layer is named in ``layers.CHECKS`` or by its module in ``layers.MODULES``:
+    none falls back to the default silently, so the order runs and diagnoses follow is the one
+    meant."""
+    from cvae_rosetta.conformance import layers
+    from cvae_rosetta.conformance.meta_tests.runner import modules
 
-    assert len(set(FIRST)) == len(FIRST)
-    for check in FIRST:
-        module, _, function = check.partition("::")
-        assert f"conformance.{module}" in modules(), check
-        found = importlib.import_module(f"cvae_rosetta.conformance.{module}")
-        assert callable(getattr(found, function)), check
+    for module in (*modules(), "conformance.test_cross"):
+        name = module.rpartition(".")[2]
+        tests = [
+            attribute
+            for attribute in vars(importlib.import_module(f"cvae_rosetta.{module}"))
+            if attribute.startswith("test_")
+        ]
+        assert tests, module
+        for test in tests:
+            assert test in layers.CHECKS or name in layers.MODULES, f"{name}::{test} has no layer"
+
+
+@pytest.mark.parametrize("name", broken.NAMES)
+def test_the_diagnosis_names_the_layer_and_the_cause(name, suite_runs):
+    """The cause a run names (the first failed check of the earliest layer that failed, see
+    ``SuiteRun.diagnosis``) is in the layer ``broken.EXPECTED`` gives, and the first line of its
+    message says what that entry says it does."""
+    layer, phrase = broken.EXPECTED[name]
+    run = suite_runs[name]
+    found = run.diagnosis
+    assert found is not None, f"{name}: nothing failed: " + _describe(run)
+    got, check, line = found
+    assert got == layer, (
+        f"{name}: the earliest layer that failed is {got!r} ({check}: {line}), expected {layer!r}"
+    )
+    assert phrase in line, f"{name}: the cause {check} says {line!r}, expected it to say {phrase!r}"
+
+
+def test_every_broken_implementation_has_an_expected_diagnosis():
+    from cvae_rosetta.conformance import layers
+
+    assert set(broken.EXPECTED) == set(broken.NAMES)
+    for name, (layer, phrase) in broken.EXPECTED.items():
+        assert layer in layers.NAMES and phrase, name
 
 
 def _record(*checks, exitstatus=1, independent=()):
@@ -177,7 +215,12 @@ def _record(*checks, exitstatus=1, independent=()):
     for target, check, outcome, *when in checks:
         event = {"event": "check", "target": target, "check": check, "outcome": outcome}
         if outcome == "failed":
-            event |= {"when": when[0], "message": "AssertionError", "text": "assert 0"}
+            event |= {
+                "when": when[0],
+                "message": f"AssertionError: {check} failed\nassert 0",
+                "first_line": f"{check} failed",
+                "text": "assert 0",
+            }
         events.append(event | {"seconds": 1.0})
     if exitstatus is not None:
         events.append({"event": "finish", "exitstatus": exitstatus, "seconds": 9.0})
@@ -202,6 +245,23 @@ def test_a_session_record_reads_back_as_one_run_per_target():
     assert b.valid and b.returncode == 1 and b.failed == ["m::t1", "m::t3"]
     assert b.failed_while_running == ["m::t1"] and b.not_run == ["m::t2"]
     assert "m::t2" not in b.outcomes and not b.independent
+    assert a.diagnosis is None
+    # t1 and t3 fall back to the default layer, properties
+    assert b.diagnosis == ("properties", "m::t1", "m::t1 failed")
+
+
+def test_the_diagnosis_is_the_first_failure_of_the_earliest_layer():
+    from cvae_rosetta.conformance.meta_tests.runner import runs_from_record
+
+    events = _record(
+        ("b", "test_spec::test_train_step_matches_reference_update[optim0]", "failed", "call"),
+        ("b", "test_spec::test_loss_matches_reference[mse-1.0]", "failed", "call"),
+        ("b", "test_spec::test_loss_matches_reference[mse-3.0]", "failed", "call"),
+        ("b", "test_properties::test_encode_and_decode_match_reference", "failed", "call"),
+    )
+    run = runs_from_record(["a", "b"], events, 1, "output")["b"]
+    check = "test_spec::test_loss_matches_reference[mse-1.0]"
+    assert run.diagnosis == ("loss", check, f"{check} failed")
 
 
 def test_a_session_that_did_not_end_keeps_only_the_runs_it_finished():

@@ -1,0 +1,392 @@
+"""The conformance plugin (``conformance/plugin.py``): inert in sessions that do not ask for the
+suite, the suite's settings confined to its own checks, the checks in layer order, and the
+diagnosis of a failing run.
+
+The plugin is a ``pytest11`` entry point, so every pytest session of an environment with the
+package installed loads it. The sessions here run in subprocesses of this interpreter, from
+temporary project folders of their own (outside the repository), as a user's sessions do.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cvae_rosetta.conformance import layers
+from cvae_rosetta.conformance.plugin import (
+    NO_MESSAGE,
+    SKIPPED_EARLIER,
+    SUITE,
+    diagnosis,
+    diagnosis_line,
+    plain_message,
+)
+
+# a line of -v: "::test_name[params] PASSED [  3%]" (a module outside the rootdir has no path in
+# its node id; the checks of test_spec and test_meta_gaps are all in layers.CHECKS by name)
+VERBOSE = re.compile(r"^\S*::(test_\w+)(?:\[.*?\])? (?:PASSED|FAILED|SKIPPED|ERROR)", re.M)
+BROKEN = "cvae_rosetta.conformance.meta_tests.broken:loss_summed_over_batch"
+
+
+def run_pytest(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m pytest *args`` from ``root``, with ``root`` on the path and nothing of this
+    session's own choices (``CVAE_*``, ``PYTEST_ADDOPTS``) in its environment."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CVAE_") and k != "PYTEST_ADDOPTS"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text).lstrip())
+
+
+# A project of the user's own: its own hypothesis profile, named "ci" like the suite's, and a
+# fixture named "impl" like the suite's.
+USER_CONFTEST = """
+    import pytest
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=7)
+    settings.load_profile("ci")
+
+
+    @pytest.fixture
+    def impl():
+        return "mine"
+"""
+
+
+# --- inert unless asked ---------------------------------------------------------------------------
+
+
+def test_a_session_that_does_not_ask_for_the_suite_is_left_alone(tmp_path):
+    write(
+        tmp_path,
+        {
+            "conftest.py": USER_CONFTEST,
+            "test_mine.py": """
+                import sys
+                from pathlib import Path
+
+                from hypothesis import given, settings, strategies as st
+
+                FRAMEWORKS = {"jax", "jaxlib", "flax", "haiku", "equinox", "optax"}
+
+
+                def test_nothing_is_imported_and_the_fixture_is_mine(impl):
+                    assert impl == "mine"
+                    imported = [
+                        m
+                        for m in sys.modules
+                        if m.split(".")[0] in FRAMEWORKS or m.startswith("cvae_rosetta.impls")
+                    ]
+                    assert "jax" not in sys.modules and "flax" not in sys.modules, imported
+                    assert not imported, imported
+
+
+                @given(st.integers())
+                def test_my_profile_is_the_current_one(x):
+                    assert settings.get_current_profile_name() == "ci"
+                    assert settings.default.max_examples == 7
+
+
+                def test_jax_is_as_jax_left_it():
+                    import jax
+
+                    assert jax.config.jax_default_matmul_precision is None
+
+
+                def test_no_report_so_far():
+                    assert not Path("conformance-report.json").exists()
+            """,
+        },
+    )
+    result = run_pytest(tmp_path, "-v", timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "4 passed" in output, output[-3000:]
+    assert "plugins: cvae-rosetta" in output, output[-3000:]  # loaded, and silent:
+    for line in output.splitlines():
+        assert not line.startswith(("cvae-rosetta", "  impl ")), output[-3000:]
+    assert "cvae-rosetta conformance" not in output, output[-3000:]
+    assert not (tmp_path / "conformance-report.json").exists()
+
+
+PROBE = """
+    '''Records what each test saw: the matmul precision while it ran and after it, and the
+    hypothesis settings of the suite's property tests (which it then skips: that is all they are
+    needed for here).'''
+    import json
+    import os
+
+    import pytest
+
+    SEEN = []
+
+
+    @pytest.fixture(autouse=True)
+    def _precision_during(request):
+        import jax
+
+        precision = jax.config.jax_default_matmul_precision
+        SEEN.append({"test": request.node.nodeid, "during": precision})
+        yield
+
+
+    def pytest_runtest_logreport(report):
+        if report.when == "teardown":
+            import jax
+
+            SEEN.append({"test": report.nodeid, "after": jax.config.jax_default_matmul_precision})
+
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item):
+        if getattr(item.obj, "is_hypothesis_test", False) and "conformance" in str(item.path):
+            used = item.obj._hypothesis_internal_use_settings
+            SEEN.append({"test": item.nodeid, "max_examples": used.max_examples})
+            pytest.skip("probe: its settings are all this session needs of it")
+
+
+    def pytest_sessionfinish(session):
+        with open("probe.json", "w") as f:
+            json.dump(SEEN, f)
+"""
+
+
+def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks(tmp_path):
+    write(
+        tmp_path,
+        {
+            "conftest.py": textwrap.dedent(USER_CONFTEST)
+            + textwrap.dedent("""
+                import jax
+
+                jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+            """),
+            "probe.py": PROBE,
+            "test_mine.py": """
+                import jax
+                from hypothesis import given, settings, strategies as st
+
+
+                def test_mine_after_the_suite(impl):
+                    assert impl == "mine"
+                    assert jax.config.jax_default_matmul_precision == "tensorfloat32"
+
+
+                @given(st.integers())
+                def test_my_profile_still_applies_to_mine(x):
+                    assert settings.get_current_profile_name() == "ci"
+                    assert settings.default.max_examples == 7
+            """,
+        },
+    )
+    checks = ("test_spec::test_protocol_surface", "test_spec::test_canonical_round_trip")
+    result = run_pytest(
+        tmp_path,
+        *("-p", "probe", "--impl", "pure_jax", "--pyargs"),
+        *(f"cvae_rosetta.conformance.{c}" for c in checks),
+        "cvae_rosetta.conformance.test_properties::test_encode_and_decode_match_reference",
+        "test_mine.py",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "cvae-rosetta conformance: jax" in output, output[-3000:]
+    assert "impl pure_jax: pure_jax from cvae_rosetta.impls.pure_jax" in output, output[-3000:]
+
+    report = json.loads((tmp_path / "conformance-report.json").read_text())
+    assert report["results"]["pure_jax"] == {
+        "test_spec.py::test_protocol_surface": "passed",
+        "test_spec.py::test_canonical_round_trip": "passed",
+        "test_properties.py::test_encode_and_decode_match_reference": "skipped",
+    }
+    assert report["implementations"]["pure_jax"]["diagnosis"] is None
+    assert [c["layer"] for c in report["checks"]["pure_jax"]] == [
+        "surface",
+        "surface",
+        "properties",
+    ]
+
+    seen = json.loads((tmp_path / "probe.json").read_text())
+    suite = [s for s in seen if "test_protocol_surface" in s["test"] or "round_trip" in s["test"]]
+    assert {s["during"] for s in suite if "during" in s} == {"highest"}, seen
+    assert {s["after"] for s in suite if "after" in s} == {"tensorfloat32"}, seen
+    mine = [s for s in seen if "test_mine.py" in s["test"]]
+    assert {s.get("during", s.get("after")) for s in mine} == {"tensorfloat32"}, seen
+    # the suite's property test ran with the suite's ci settings, the user's "ci" profile intact
+    assert [s["max_examples"] for s in seen if "max_examples" in s] == [10], seen
+
+
+def test_the_conformance_report_feeds_the_docs_matrix(tmp_path, monkeypatch):
+    """The report keeps the fields the docs build reads (``docs_build/hooks.py``)."""
+    root = Path(__file__).resolve().parent.parent
+    hooks_path = root / "docs_build" / "hooks.py"
+    if not hooks_path.is_file():
+        pytest.skip("no docs_build/hooks.py next to the tests")
+    import importlib.util
+
+    result = run_pytest(
+        tmp_path,
+        *("--impl", "pure_jax", "--pyargs", "cvae_rosetta.conformance.test_spec"),
+        *("-k", "test_protocol_surface or test_canonical_round_trip"),
+        timeout=180,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    spec = importlib.util.spec_from_file_location("_docs_hooks", hooks_path)
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    monkeypatch.setenv(hooks.REPORT_ENV, str(tmp_path / "conformance-report.json"))
+    matrix = hooks.conformance_matrix()
+    assert "`spec`: protocol surface | ✓ |" in matrix, matrix
+    assert "| **all** | 2 passed |" in matrix, matrix
+
+
+# --- layers and the diagnosis ---------------------------------------------------------------------
+
+
+def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path):
+    """A loss summed over the batch: surface, shapes and forward pass, the loss fails (its two
+    Bernoulli cases), and with --first-layer nothing after the loss layer runs."""
+    result = run_pytest(
+        tmp_path,
+        *("--impl", BROKEN, "--first-layer", "-v", "-rs"),
+        *(
+            "--pyargs",
+            "cvae_rosetta.conformance.test_spec",
+            "cvae_rosetta.conformance.test_meta_gaps",
+        ),
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    line = (
+        f"cvae-rosetta diagnosis: {BROKEN}: layer 'loss' "
+        f"({layers.describe('loss')}): test_loss_matches_reference[bernoulli-1.0]: "
+    )
+    assert line in output, output[-3000:]
+    assert "; 1 later failure follows from it" in output, output[-3000:]
+    assert "an earlier layer failed: loss" in output, output[-3000:]
+
+    report = json.loads((tmp_path / "conformance-report.json").read_text())
+    found = report["implementations"][BROKEN]["diagnosis"]
+    assert found["layer"] == "loss" and found["layer_description"] == layers.describe("loss")
+    assert found["check"] == "test_spec.py::test_loss_matches_reference[bernoulli-1.0]"
+    assert found["later_failures"] == 1 and found["message"], found
+    assert report["first_layer"] is True
+
+    checks = report["checks"][BROKEN]
+    ranks = [layers.RANK[c["layer"]] for c in checks]
+    assert ranks == sorted(ranks), [(c["check"], c["layer"]) for c in checks]  # layer order
+    names = [c["check"] for c in checks]
+    # checks of two modules interleaved by layer: the clipping check (step) of test_meta_gaps runs
+    # between test_spec's gradients and its jit checks, not after all of test_spec
+    clipping = names.index("test_meta_gaps.py::test_clipping_is_applied_before_adam")
+    assert names.index("test_spec.py::test_gradients_match_reference[mse]") < clipping
+    assert clipping < names.index("test_spec.py::test_jitted_step_equals_eager_step")
+    for check in checks:
+        rank = layers.RANK[check["layer"]]
+        if rank <= layers.RANK["forward"]:
+            assert check["outcome"] == "passed", check
+        elif rank > layers.RANK["loss"]:
+            assert check["outcome"] == SKIPPED_EARLIER, check
+    assert {c["outcome"] for c in checks if c["layer"] == "loss"} == {"passed", "failed"}
+    summary = report["summary"][BROKEN]
+    assert summary["failed"] == 2 and summary[SKIPPED_EARLIER] > 30, summary
+    # -v lists them in the order they ran: the same order
+    ran = VERBOSE.findall(output)
+    assert len(ran) == len(checks), ran
+    assert all(name in layers.CHECKS for name in ran), ran
+    ran_ranks = [layers.RANK[layers.CHECKS[name]] for name in ran]
+    assert ran_ranks == sorted(ran_ranks), ran
+
+
+# --- the pieces, without a session ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message,expected",
+    [
+        (
+            "AssertionError: decode's output does not change when only c changes: the decoder "
+            "ignores the label\nassert np.False_\n +  where np.False_ = all(...)",
+            "decode's output does not change when only c changes: the decoder ignores the label",
+        ),
+        ("AssertionError: assert np.False_\n +  where np.False_ = ...", NO_MESSAGE),
+        ("assert 3 == 4", NO_MESSAGE),
+        ("AssertionError", NO_MESSAGE),
+        ("", NO_MESSAGE),
+        (
+            "AssertionError: \nNot equal to tolerance rtol=2e-05, atol=0\n\nMismatched elements",
+            "Not equal to tolerance rtol=2e-05, atol=0",
+        ),
+        ("Failed: the step retraced", "the step retraced"),
+        ("NotImplementedError", "raised NotImplementedError"),
+        ("TypeError: bad operand\nmore", "raised TypeError: bad operand"),
+    ],
+)
+def test_plain_message(message, expected):
+    assert plain_message(message) == expected
+
+
+def test_diagnosis_names_the_first_failure_of_the_earliest_layer():
+    checks = {
+        "test_spec.py::a": {"outcome": "passed", "layer": "surface"},
+        "test_properties.py::p": {"outcome": "failed", "layer": "properties", "message": "p"},
+        "test_spec.py::f1": {"outcome": "failed", "layer": "forward", "message": "first"},
+        "test_spec.py::f2": {"outcome": "failed", "layer": "forward", "message": "second"},
+        "test_spec.py::g": {"outcome": "failed", "layer": "gradients", "message": "g"},
+    }
+    found = diagnosis(checks)
+    assert found == {
+        "layer": "forward",
+        "layer_description": layers.describe("forward"),
+        "check": "test_spec.py::f1",
+        "message": "first",
+        "later_failures": 3,
+    }
+    assert diagnosis_line("mypkg:impl", found) == (
+        "cvae-rosetta diagnosis: mypkg:impl: layer 'forward' "
+        "(encode and decode against the float64 reference): f1: first; "
+        "3 later failures follow from it"
+    )
+    assert diagnosis({"test_spec.py::a": {"outcome": "passed", "layer": "surface"}}) is None
+
+
+def test_every_check_of_the_suite_has_a_layer():
+    """Each module of the suite has a layer, and every check named in ``layers.CHECKS`` exists."""
+    defined: dict[str, str] = {}
+    for path in sorted(SUITE.glob("test_*.py")):
+        assert path.stem in layers.MODULES, f"{path.name} has no layer in layers.MODULES"
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                defined[node.name] = path.stem
+    assert not set(layers.CHECKS) - set(defined), sorted(set(layers.CHECKS) - set(defined))
+    assert set(layers.MODULES.values()) | set(layers.CHECKS.values()) <= set(layers.NAMES)
+    assert len(set(layers.NAMES)) == len(layers.NAMES)
+
+
+def test_the_docs_list_the_layers_as_layers_py_has_them():
+    docs = Path(__file__).resolve().parent.parent / "docs" / "conformance.md"
+    if not docs.is_file():
+        pytest.skip("no docs/conformance.md next to the tests")
+    rows = re.findall(r"^\| `(\w+)` \| (.+?) \|$", docs.read_text(encoding="utf-8"), re.M)
+    assert tuple(rows) == layers.LAYERS, rows
