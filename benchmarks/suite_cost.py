@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def run_case(target: str, *, first_layer: bool, cache_dir: str | None) -> dict:
         seconds = time.perf_counter() - start
     lines = done.stdout.strip().splitlines()
     rss = next((int(line.split()[1]) for line in reversed(lines) if line.startswith("peak-rss")), 0)
-    summary = next((line for line in reversed(lines) if " in " in line and "=" in line), "")
+    summary = next(
+        (line for line in reversed(lines) if re.search(r"\d+ (passed|failed).* in [\d.]+s", line)),
+        "",
+    )
     diagnosis = [line for line in lines if line.startswith("cvae-rosetta diagnosis")]
     return {
         "exit": done.returncode,
