@@ -345,6 +345,17 @@ def _deleted(tree) -> list[str]:
     ]
 
 
+def _assert_intact(tree, before, name: str, prefix: str, cause: str, against: str) -> None:
+    """After a donated step: no leaf of ``tree`` deleted, none changed from ``before``; a failure
+    names ``cause`` (the first clause of ALIASED or VIEWS)."""
+    deleted = _deleted(tree)
+    assert not deleted, f"{cause}: {len(deleted)} leaves deleted, e.g. {prefix}{deleted[0]}"
+    changed = tree_mismatch(copy_to_host(tree), before, name, rtol=0.0, against=against)
+    assert changed is None, (
+        f"{cause.split(':')[0]}: a donated step changed them; {changed.splitlines()[0]}"
+    )
+
+
 def test_donated_step_leaves_callers_parameters_intact(impl, params, batch):
     """The caller's arrays outlive a jitted step that donates the state: the parameters given to
     ``from_canonical`` (an implementation copies them, or donation deletes the caller's tree) and
@@ -354,15 +365,7 @@ def test_donated_step_leaves_callers_parameters_intact(impl, params, batch):
     state = impl.from_canonical(params, CONFIG)
     state, _ = step(state, batch, jax.random.key(0))
     jax.block_until_ready(state)
-    deleted = _deleted(params)
-    assert not deleted, f"{ALIASED}: {len(deleted)} leaves deleted, e.g. params{deleted[0]}"
-    changed = tree_mismatch(
-        copy_to_host(params), given, "params", rtol=0.0, against="what the caller passed"
-    )
-    assert changed is None, (
-        "from_canonical keeps the caller's arrays: a donated step changed them; "
-        + changed.splitlines()[0]
-    )
+    _assert_intact(params, given, "params", "params", ALIASED, "what the caller passed")
 
     for t in range(1, 3):
         state, _ = step(state, batch, jax.random.key(t))
@@ -370,15 +373,7 @@ def test_donated_step_leaves_callers_parameters_intact(impl, params, batch):
     handed_out = copy_to_host(out)
     state, _ = step(state, batch, jax.random.key(9))  # donates the buffers `out` came from
     jax.block_until_ready(state)
-    deleted = _deleted(out)
-    assert not deleted, f"{VIEWS}: {len(deleted)} leaves deleted, e.g. {deleted[0]}"
-    changed = tree_mismatch(
-        copy_to_host(out), handed_out, "to_canonical's tree", rtol=0.0, against="what it was"
-    )
-    assert changed is None, (
-        "to_canonical hands out the state's own buffers: a donated step changed them; "
-        + changed.splitlines()[0]
-    )
+    _assert_intact(out, handed_out, "to_canonical's tree", "", VIEWS, "what it was")
 
 
 def test_a_few_dozen_steps_lower_the_loss_on_digits(impl):
