@@ -11,7 +11,8 @@ What they do, in build order:
      a code block that pymdownx.snippets fills from a marked section (:func:`expand_rosetta`),
      and ``<!-- snippet FILE[:SECTION] -->`` into one such code block (:func:`include`);
   2. replace ``<!-- generated: NAME -->`` with a table made now from the sources (lines of code
-     per section), from the conformance suite's JSON report, or from ``docs/performance.md``;
+     per section), from the conformance suite's JSON report, or from ``docs/performance.md``, or
+     with the compare page's body, every implementation file whole (:func:`compare_files`);
      and ``<!-- page-link PAGE | TEXT | FALLBACK -->`` with a link, or the fallback text while
      the page does not exist;
   3. check every snippet the page then asks for (:func:`check_snippets`): the file exists and
@@ -183,20 +184,69 @@ def _tabs(body: str) -> str:
                 f"rosetta directive: expected 'IMPLEMENTATION: FILE:SECTION ...', got {line!r}"
             )
         overrides[key.strip()] = refs.split()
-    out = ['<div class="rosetta" markdown>', ""]
-    for key, (label, source) in IMPLEMENTATIONS.items():
-        out += [f'=== "{label}"', ""]
+    blocks = {}
+    for key, (_, source) in IMPLEMENTATIONS.items():
+        blocks[key] = []
         for ref in overrides.get(key, default):
             file, sep, section = ref.replace("{impl}", key).rpartition(":")
             if not sep or not file or not section:
                 raise DocsError(f"rosetta directive: expected FILE:SECTION, got {ref!r}")
             file = source if file == "impls" else file
-            out += [
-                f'    ```python title="{file} · {section}"',
-                f'    --8<-- "{file}:{section}"',
-                "    ```",
-                "",
-            ]
+            blocks[key].append((f"{file} · {section}", [f'--8<-- "{file}:{section}"']))
+    return tab_set(blocks)
+
+
+def tab_set(blocks: dict[str, list[tuple[str, list[str]]]]) -> str:
+    """One Material content tab per implementation, in a ``<div class="rosetta">`` that names the
+    implementations' keys in tab order (``data-impls``, read by ``docs/javascripts/rosetta.js``);
+    ``blocks[key]`` is that tab's code blocks, each ``(title, lines)``: a snippet line for
+    pymdownx.snippets, or the code itself as :func:`literal` lines."""
+    out = [f'<div class="rosetta" data-impls="{" ".join(IMPLEMENTATIONS)}" markdown>', ""]
+    for key, (label, _) in IMPLEMENTATIONS.items():
+        out += [f'=== "{label}"', ""]
+        for title, lines in blocks[key]:
+            fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", "\n".join(lines))), default=0))
+            body = [f"    {line}".rstrip() for line in lines]
+            out += [f'    {fence}python title="{title}"', *body, f"    {fence}", ""]
+    return "\n".join([*out, "</div>", ""])
+
+
+# Where pymdownx.snippets would see its syntax in a line: a marker that starts the line (an
+# inclusion), or a section marker anywhere.
+SNIPPET_SYNTAX = re.compile(
+    r"^(?P<indent>[ \t]*)(?=-+8<-)|(?=-+8<-+[ \t]+\[[ \t]*(?:start|end)[ \t]*:)", re.IGNORECASE
+)
+
+
+def literal(text: str) -> list[str]:
+    """``text``'s lines, escaped so that pymdownx.snippets leaves them as they are: it reads every
+    line of a page, takes one that starts with its marker for an inclusion and drops one with a
+    section marker anywhere in it, unless the marker is escaped with ``;`` (which it removes)."""
+    return [
+        SNIPPET_SYNTAX.sub(lambda m: (m["indent"] or "") + ";", line, count=1)
+        for line in text.splitlines()
+    ]
+
+
+def compare_files() -> str:
+    """The compare page's body: every implementation file whole, as one tab set for its opening
+    (docstring and imports, up to the first marker) and one per marked section, in
+    :data:`SECTIONS` order, each under its own heading; rosetta.js shows two of the five.
+
+    The openings are read here rather than through pymdownx.snippets, which drops from what it
+    includes every line that mentions its marker syntax (a docstring may explain the markers)."""
+    openings = {}
+    for key, (_, source) in IMPLEMENTATIONS.items():
+        sections = sections_of(ROOT / source)
+        if list(sections) != sorted(SECTIONS):
+            raise DocsError(f"{source} has sections {list(sections)}, expected {SECTIONS}")
+        first = min(start for start, _ in sections.values())
+        lines = (ROOT / source).read_text(encoding="utf-8").splitlines()[: first - 1]
+        openings[key] = [(f"{source} · lines 1-{first - 1}", literal("\n".join(lines).rstrip()))]
+    out = ['<div class="rosetta-compare" markdown>', "", "## Docstring and imports", ""]
+    out.append(tab_set(openings))
+    for section in SECTIONS:
+        out += [f"## `{section}`", "", _tabs(f"impls:{section}")]
     return "\n".join([*out, "</div>", ""])
 
 
@@ -450,6 +500,7 @@ def generated(name: str, where: str) -> str:
         "conformance-matrix": conformance_matrix,
         "report-excerpt": report_excerpt,
         "performance-tables": performance_tables,
+        "compare-files": compare_files,
     }
     if name not in makers:
         raise DocsError(f"unknown generated block {name!r} (known: {', '.join(makers)})")

@@ -107,6 +107,72 @@ def test_a_rosetta_directive_makes_one_tab_per_implementation(tmp_path):
     assert "jax.vmap(in_compute_dtype(model).encode)" in text  # Equinox's
 
 
+def test_tab_sets_name_their_implementations_for_the_view_script(tmp_path):
+    """rosetta.js maps the i-th tab to an implementation by the set's ``data-impls``."""
+    result = build(tmp_path, "# Page\n\n<!-- rosetta\nimpls:loss\n-->\n")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert '<div class="rosetta" data-impls="pure_jax flax_linen flax_nnx haiku equinox">' in html
+    labels = re.findall(r"<label for=[^>]+>([^<]+)</label>", html)
+    assert labels == [label for label, _ in hooks.IMPLEMENTATIONS.values()]
+
+
+def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
+    """Each file's opening (up to its first marker) and every section, in the files' order, one
+    tab set each under its heading; the sections laid end to end are the whole file, less the
+    marker lines and the blank lines between sections."""
+    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert re.findall(r"<h2 id=\"([^\"]+)\"", html) == ["docstring-and-imports", *hooks.SECTIONS]
+    assert html.count('<div class="rosetta" ') == 1 + len(hooks.SECTIONS)
+    assert '<div class="rosetta-compare">' in html
+    code = [html_text(c) for c in re.findall(r"<pre>.*?<code>(.*?)</code>", html, re.DOTALL)]
+    assert len(code) == len(hooks.IMPLEMENTATIONS) * (1 + len(hooks.SECTIONS))
+    blocks = iter(code)
+    shown = {key: [] for key in hooks.IMPLEMENTATIONS}
+    for _ in range(1 + len(hooks.SECTIONS)):  # a tab set: one block per implementation, in order
+        for key in hooks.IMPLEMENTATIONS:
+            shown[key].append(next(blocks))
+    for key, (_, source) in hooks.IMPLEMENTATIONS.items():
+        lines = (ROOT / source).read_text(encoding="utf-8").splitlines()
+        kept = [line for line in lines if line.strip() and not hooks.MARKER.match(line)]
+        assert [line for text in shown[key] for line in text.splitlines() if line.strip()] == kept
+
+
+def test_text_in_a_tab_set_keeps_lines_that_look_like_snippet_syntax():
+    """pymdownx.snippets reads every line of a page: a line that starts with its marker would
+    include a file, one with a section marker in it would vanish; literal() escapes both."""
+    import markdown
+
+    lines = [
+        '--8<-- "impls/pure_jax.py:loss"',
+        "    ``# --8<-- [start:NAME]`` and ``# --8<-- [end:NAME]`` mark a section",
+        "x = 1  # -8<- [end:body]",
+    ]
+    blocks = {key: [("text", hooks.literal("\n".join(lines)))] for key in hooks.IMPLEMENTATIONS}
+    html = markdown.markdown(
+        hooks.tab_set(blocks),
+        extensions=["md_in_html", "pymdownx.superfences", "pymdownx.tabbed", "pymdownx.snippets"],
+        extension_configs={"pymdownx.snippets": {"base_path": [str(ROOT)], "check_paths": True}},
+    )
+    shown = html_text(html)
+    for line in lines:
+        assert shown.count(line) == len(hooks.IMPLEMENTATIONS), line
+    assert "cvae_loss" not in shown  # nothing was included
+
+
+def test_the_compare_page_refuses_a_file_that_lacks_a_section(tmp_path, monkeypatch):
+    source = (ROOT / "impls" / "pure_jax.py").read_text(encoding="utf-8")
+    start, end = "# --8<-- [start:paths]\n", "# --8<-- [end:paths]\n"
+    assert start in source and end in source
+    (tmp_path / "impl.py").write_text(source.replace(start, "").replace(end, ""))
+    monkeypatch.setattr(hooks, "ROOT", tmp_path)
+    monkeypatch.setitem(hooks.IMPLEMENTATIONS, "pure_jax", ("pure JAX", "impl.py"))
+    with pytest.raises(hooks.DocsError, match="impl.py has sections .*, expected"):
+        hooks.compare_files()
+
+
 def test_a_missing_section_fails_the_build_naming_it(tmp_path):
     result = build(tmp_path, '# Page\n\n```python\n--8<-- "impls/pure_jax.py:modul"\n```\n')
     assert result.returncode != 0
