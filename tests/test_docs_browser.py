@@ -5,14 +5,18 @@ The site is served from 127.0.0.1 by Python's ``http.server`` in a thread; Playw
 system's Chromium (``$CVAE_CHROMIUM``, else ``chromium`` on the PATH: Debian's package), so nothing
 downloads a browser. Without Chromium, Playwright or a built site, every test here is skipped and
 the reason says which. Screenshots go to ``$CVAE_DOCS_SCREENSHOTS`` (default ``site-screenshots/``,
-ignored by git): the first screenful of every page at 1400 px, and every side-by-side page whole
-at 1400 and 800 px.
+ignored by git): the first screenful of every page at 1440 px, every side-by-side page whole at
+1440 and 800 px, and the views of two implementations (``pair/``) with their measurements
+(``pair/measurements.json``: the widest code line against its column, for every pair).
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import importlib.util
+import itertools
+import json
 import os
 import shutil
 import threading
@@ -26,9 +30,14 @@ pytestmark = pytest.mark.docs
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(os.environ.get("CVAE_DOCS_SITE") or ROOT / "site")
 SHOTS = Path(os.environ.get("CVAE_DOCS_SCREENSHOTS") or ROOT / "site-screenshots")
-LABELS = ["pure JAX", "Flax Linen", "Flax NNX", "Haiku", "Equinox"]
+# The implementations (key: (label, file)) and their sections, as the docs build knows them.
+_spec = importlib.util.spec_from_file_location("cvae_docs_hooks", ROOT / "docs_build" / "hooks.py")
+hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hooks)  # it reads files only: no MkDocs needed
+IMPLEMENTATIONS, SECTIONS = hooks.IMPLEMENTATIONS, hooks.SECTIONS
+LABELS = [label for label, _ in IMPLEMENTATIONS.values()]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-WIDE, NARROW = 1400, 800
+WIDE, NARROW = 1440, 800  # where a pair fits 100-character lines; where the columns are tabs
 
 
 def find_chromium() -> str | None:
@@ -58,6 +67,7 @@ if not (SITE / "index.html").is_file():
     )
 
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
+COMPARE = "compare/index.html"  # every implementation file whole, two at a time
 SIDE_BY_SIDE = [
     p for p in PAGES if p.split("/")[0] in ("topics", "tour") and p.count("/") == 2
 ]  # topics/NAME/index.html and tour/NAME/index.html, not the sections' own index pages
@@ -96,10 +106,12 @@ def browser():
         chromium.close()
 
 
-def new_page(browser, base_url: str, width: int, problems: list[str]):
-    """A tab of ``width`` x 900 px that records console errors, uncaught exceptions, failed and
-    refused requests and HTTP errors into ``problems``; requests off the site are aborted."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
+def new_page(browser, base_url: str, width: int, problems: list[str], **options):
+    """A tab of ``width`` x 900 px, in a context of its own (nothing stored from another test),
+    that records console errors, uncaught exceptions, failed and refused requests and HTTP errors
+    into ``problems``; requests off the site are aborted. ``options`` go to Playwright's
+    ``new_page`` (``java_script_enabled=False``, say)."""
+    page = browser.new_page(viewport={"width": width, "height": 900}, **options)
 
     def route(route):
         if route.request.url.startswith(base_url):
@@ -126,7 +138,7 @@ def new_page(browser, base_url: str, width: int, problems: list[str]):
 
 @pytest.fixture(scope="module")
 def crawl(browser, base_url):
-    """Every page loaded once at 1400 px: its problems, the links on it, the ids in it (waiting
+    """Every page loaded once at 1440 px: its problems, the links on it, the ids in it (waiting
     for the network to go quiet, so that late requests such as the search index count too)."""
     (SHOTS / str(WIDE)).mkdir(parents=True, exist_ok=True)
     seen = {}
@@ -196,30 +208,90 @@ def test_every_side_by_side_page_shows_every_implementation(browser, base_url, n
         assert all(length > 20 for length in found["code"]), (name, i, found["code"])
 
 
-LAYOUT = """() => {
+LAYOUT = r"""() => {
   const vw = document.documentElement.clientWidth;
   const box = e => { const r = e.getBoundingClientRect();
     return {left: r.left, right: r.right, top: r.top, width: r.width, height: r.height}; };
+  const range = document.createRange();
+  // A code block: how far it scrolls sideways, the room for text in it, its widest line, and the
+  // lines that take more than one row on the screen (wrapped).
+  const measure = c => {
+    const style = getComputedStyle(c);
+    const room = c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    let widest = 0, widestChars = 0;
+    const wrapped = [];
+    for (const line of c.querySelectorAll(':scope > span[id^="__span"]')) {
+      range.selectNodeContents(line);
+      const rects = [...range.getClientRects()].filter(r => r.width > 0);
+      if (!rects.length) continue;
+      const text = line.textContent.replace(/\n$/, '');
+      widest = Math.max(widest,
+        Math.max(...rects.map(r => r.right)) - Math.min(...rects.map(r => r.left)));
+      widestChars = Math.max(widestChars, text.length);
+      if (new Set(rects.map(r => Math.round(r.top))).size > 1) wrapped.push(text.trim());
+    }
+    return {overflow: c.scrollWidth - c.clientWidth, room, widest, widestChars, wrapped,
+            whiteSpace: style.whiteSpace, fontSize: parseFloat(style.fontSize)};
+  };
   return {
-    vw, pageOverflow: document.documentElement.scrollWidth - vw,
+    vw, pageOverflow: document.documentElement.scrollWidth - vw, query: location.search,
     sets: [...document.querySelectorAll('.rosetta .tabbed-set')].map(set => ({
-      box: box(set), overflow: set.scrollWidth - set.clientWidth,
-      labels: [...set.querySelectorAll(':scope > .tabbed-labels > label')].map(box),
-      blocks: [...set.querySelectorAll(':scope > .tabbed-content > .tabbed-block')].map(b => ({
-        ...box(b), shown: getComputedStyle(b).display !== 'none' && b.offsetHeight > 0,
-        codeOverflow: Math.max(0, ...[...b.querySelectorAll('pre > code')].map(
-          c => c.scrollWidth - c.clientWidth)),
-      })),
+      box: box(set),
+      labels: [...set.querySelectorAll(':scope > .tabbed-labels > label')].map(l => ({
+        ...box(l), text: l.textContent.trim(), shown: l.offsetHeight > 0})),
+      blocks: [...set.querySelectorAll(':scope > .tabbed-content > .tabbed-block')].map(b => {
+        const shown = getComputedStyle(b).display !== 'none' && b.offsetHeight > 0;
+        const codes = [...b.querySelectorAll('pre > code')];
+        return {...box(b), shown,
+          titles: [...b.querySelectorAll('.filename')].map(t => t.textContent.trim()),
+          codeTop: codes.length ? codes[0].getBoundingClientRect().top : null,
+          code: shown ? codes.map(measure) : []};
+      }),
     })),
   };
 }"""
 
+# Every name (and every other token that is neither a comment nor a string and holds no space)
+# in the code shown, that the screen shows on more than one row: broken inside.
+SPLIT_TOKENS = r"""() => {
+  const split = [];
+  const range = document.createRange();
+  const rows = () => new Set([...range.getClientRects()].filter(r => r.width > 0)
+    .map(r => Math.round(r.top))).size;
+  for (const line of document.querySelectorAll('.rosetta code > span[id^="__span"]')) {
+    if (!line.getClientRects().length) continue;  // in a hidden tab
+    const nodes = [];
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(), at = 0; n; at += n.data.length, n = walker.nextNode())
+      nodes.push([n, at]);
+    const text = nodes.map(([n]) => n.data).join('');
+    // The text node and offset of a position in the line (an end may close a node).
+    const place = (offset, end) => {
+      const [n, at] = nodes.find(([n, at]) => offset - at < n.data.length + (end ? 1 : 0));
+      return [n, offset - at];
+    };
+    for (const m of text.matchAll(/[A-Za-z_][A-Za-z0-9_]*/g)) {
+      range.setStart(...place(m.index, false));
+      range.setEnd(...place(m.index + m[0].length, true));
+      if (rows() > 1) split.push(`${m[0]} in: ${text.trim()}`);
+    }
+    for (const token of line.querySelectorAll('span[class]')) {
+      if (/^[cs]/.test(token.className) || /\s/.test(token.textContent)) continue;
+      range.selectNodeContents(token);
+      if (rows() > 1) split.push(`${token.textContent} in: ${text.trim()}`);
+    }
+  }
+  return split;
+}"""
+
 
 def check_columns(layout, name: str) -> None:
+    """All five, one column each, side by side within the page and under their labels."""
     for i, s in enumerate(layout["sets"]):
         where = f"{name} tab set {i}"
         blocks, labels = s["blocks"], s["labels"]
         assert [b["shown"] for b in blocks] == [True] * 5, where
+        assert [label["text"] for label in labels if label["shown"]] == LABELS, where
         assert max(b["top"] for b in blocks) - min(b["top"] for b in blocks) < 1, where
         lefts = [b["left"] for b in blocks]
         assert lefts == sorted(lefts) and len(set(lefts)) == 5, (where, lefts)
@@ -227,7 +299,6 @@ def check_columns(layout, name: str) -> None:
             assert b["width"] > 150, (where, b)
             assert s["box"]["left"] - 1 <= b["left"] and b["right"] <= s["box"]["right"] + 1, where
             assert abs(label["left"] - b["left"]) < 2, (where, "label not above its column")
-            assert b["codeOverflow"] <= 1, (where, "code wider than its column", b)
         assert s["box"]["right"] <= layout["vw"] + 1, where
 
 
@@ -241,9 +312,42 @@ def check_tabs(layout, name: str) -> None:
         assert s["box"]["right"] <= layout["vw"] + 1, where
 
 
+def check_pair(layout, pair: tuple[str, str], name: str, *, columns: bool) -> None:
+    """Exactly the two chosen implementations, the first on the left (or above, stacked) and
+    the second beside it (or below), the same width, top-aligned side by side; no code line
+    wraps, and side by side every line fits in its column (nothing to scroll)."""
+    order = list(IMPLEMENTATIONS)
+    assert layout["query"] == f"?a={pair[0]}&b={pair[1]}", (name, layout["query"])
+    assert layout["pageOverflow"] <= 0, f"{name}: page {layout['pageOverflow']} px too wide"
+    for i, s in enumerate(layout["sets"]):
+        where = f"{name} tab set {i}, {pair}"
+        along = "left" if columns else "top"
+        shown = [n for n, b in enumerate(s["blocks"]) if b["shown"]]
+        shown.sort(key=lambda n: s["blocks"][n][along])
+        assert shown == [order.index(key) for key in pair], where
+        first, second = (s["blocks"][n] for n in shown)
+        assert abs(first["width"] - second["width"]) < 1, where
+        assert first["right"] <= s["box"]["right"] + 1 and second["right"] <= s["box"]["right"] + 1
+        if columns:
+            labels = sorted((x for x in s["labels"] if x["shown"]), key=lambda x: x["left"])
+            assert [x["text"] for x in labels] == [IMPLEMENTATIONS[k][0] for k in pair], where
+            assert first["right"] <= second["left"], where
+            assert abs(first["top"] - second["top"]) < 1, (where, "not top-aligned")
+            assert abs(first["codeTop"] - second["codeTop"]) < 1, (where, "code not top-aligned")
+        else:
+            assert abs(first["left"] - second["left"]) < 1 and first["top"] < second["top"], where
+        for block in (first, second):
+            for code in block["code"]:
+                assert code["whiteSpace"] == "pre", (where, code["whiteSpace"])
+                assert not code["wrapped"], (where, "wrapped", code["wrapped"][:3])
+                if columns:
+                    assert code["overflow"] <= 0, (where, "a line wider than its column", code)
+
+
 @pytest.mark.parametrize("width", [WIDE, NARROW])
 def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
-    """Columns at 1400 px, tabs at 800 px, and nothing wider than the window at either."""
+    """All five as columns at 1440 px, as tabs at 800 px; nothing wider than the window at either,
+    and at 1440 px no code line broken inside a name or any other token."""
     (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     page = new_page(browser, base_url, width, problems)
@@ -251,9 +355,11 @@ def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
     for name in SIDE_BY_SIDE:
         page.goto(base_url + url_path(name))
         layout = page.evaluate(LAYOUT)
+        split = page.evaluate(SPLIT_TOKENS) if width == WIDE else []
         page.screenshot(path=SHOTS / str(width) / f"{slug(name)}.png", full_page=True)
         try:
             assert layout["pageOverflow"] <= 0, f"{name}: page {layout['pageOverflow']} px too wide"
+            assert not split, f"{name}: broken inside a token: {split[:3]}"
             (check_columns if width == WIDE else check_tabs)(layout, name)
         except AssertionError as error:
             failures.append(str(error))
@@ -274,5 +380,141 @@ def test_choosing_a_tab_switches_every_tab_set_and_is_remembered(browser, base_u
     assert set(page.evaluate(shown)) == {4}, first
     page.goto(base_url + url_path(second))  # content.tabs.link keeps the choice across pages
     assert set(page.evaluate(shown)) == {4}, second
+    page.close()
+    assert not problems, problems
+
+
+# --- two implementations -------------------------------------------------------------------------
+
+
+def pick(page, left: str, right: str) -> None:
+    """Choose a pair the way a reader does: the left one, then the right one, in the two lists
+    above the code (choosing in one list the implementation the other shows swaps them)."""
+    page.select_option(".rosetta-view select[name=a]", left)
+    page.select_option(".rosetta-view select[name=b]", right)
+
+
+def headings(page) -> list[str]:
+    return page.eval_on_selector_all(
+        ".md-content h2", "hs => hs.map(h => h.firstChild.textContent.trim())"
+    )
+
+
+def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_url):
+    """Every ordered pair of the five, chosen with the controls on the compare page at 1440 px:
+    the two files' openings and sections, each beside the same one of the other, aligned and
+    unwrapped; the address names the pair, and opening it elsewhere shows the same view."""
+    shots = SHOTS / "pair"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    page.goto(base_url + url_path(COMPARE))
+    assert headings(page) == ["Docstring and imports", *SECTIONS]
+    check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), "compare (default)", columns=True)
+    page.screenshot(path=shots / "compare-default.png")
+    measured, failures = {}, []
+    for left, right in itertools.permutations(IMPLEMENTATIONS, 2):
+        pick(page, left, right)
+        layout = page.evaluate(LAYOUT)
+        try:
+            check_pair(layout, (left, right), "compare", columns=True)
+        except AssertionError as error:
+            failures.append(str(error))
+        for s in layout["sets"]:
+            blocks = sorted((b for b in s["blocks"] if b["shown"]), key=lambda b: b["left"])
+            titles = [title for b in blocks for title in b["titles"]]
+            files = [IMPLEMENTATIONS[key][1] for key in (left, right)]
+            if [t.split(" · ")[0] for t in titles] != files:
+                failures.append(f"compare {left, right}: titles {titles}")
+        codes = [c for s in layout["sets"] for b in s["blocks"] if b["shown"] for c in b["code"]]
+        measured[f"{left} | {right}"] = {
+            "font_px": round(codes[0]["fontSize"], 2),
+            "column_px": round(min(c["room"] for c in codes), 1),
+            "widest_line_px": round(max(c["widest"] for c in codes), 1),
+            "widest_line_chars": max(c["widestChars"] for c in codes),
+        }
+        if left < right:
+            page.evaluate("document.getElementById('forward').scrollIntoView()")
+            page.screenshot(path=shots / f"compare-{left}-{right}-forward.png")
+    (shots / "measurements.json").write_text(json.dumps(measured, indent=2) + "\n")
+    assert not failures, "\n".join(failures[:10])
+
+    page.click(".rosetta-view .rosetta-swap")  # the last pair was equinox | haiku
+    check_pair(page.evaluate(LAYOUT), ("haiku", "equinox"), "compare (swapped)", columns=True)
+    link = page.url
+    page.close()
+
+    again = new_page(browser, base_url, WIDE, problems)  # a new context: nothing remembered
+    again.goto(link)
+    check_pair(again.evaluate(LAYOUT), ("haiku", "equinox"), f"{link} opened anew", columns=True)
+    again.screenshot(path=shots / "compare-from-link.png")
+    again.close()
+    assert not problems, problems
+
+
+def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_url):
+    """On a topic page: all five at first; "Two" and the two lists choose a pair, which every
+    topic and tour page then shows (and its address names), and which the link to the whole
+    files carries to the compare page; "All five" brings the columns back, on every page."""
+    shots = SHOTS / "pair"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    first = SIDE_BY_SIDE[0]
+    page.goto(base_url + url_path(first))
+    assert page.is_checked(".rosetta-view input[value=all]")
+    check_columns(page.evaluate(LAYOUT), first)
+    page.get_by_label("Two:").check()
+    check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), first, columns=True)
+    pick(page, "haiku", "pure_jax")
+    failures = []
+    for name in SIDE_BY_SIDE:
+        page.goto(base_url + url_path(name))
+        layout = page.evaluate(LAYOUT)
+        page.screenshot(path=shots / f"{slug(name)}.png", full_page=True)
+        try:
+            check_pair(layout, ("haiku", "pure_jax"), name, columns=True)
+        except AssertionError as error:
+            failures.append(str(error))
+    assert not failures, "\n".join(failures)
+
+    page.click(".rosetta-view .rosetta-whole")
+    page.wait_for_load_state()
+    assert page.url.startswith(base_url + url_path(COMPARE)), page.url
+    check_pair(page.evaluate(LAYOUT), ("haiku", "pure_jax"), "compare from a topic", columns=True)
+
+    page.goto(base_url + url_path(first))
+    page.get_by_label("All five").check()
+    assert page.evaluate("location.search") == ""
+    for name in (first, SIDE_BY_SIDE[-1]):
+        page.goto(base_url + url_path(name))
+        check_columns(page.evaluate(LAYOUT), name)
+    page.close()
+    assert not problems, problems
+
+
+def test_a_pair_stacks_on_a_narrow_screen(browser, base_url):
+    """At 800 px the two stand one above the other, each as wide as the page; the code scrolls
+    sideways rather than wrap."""
+    shots = SHOTS / "pair"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = new_page(browser, base_url, NARROW, problems)
+    for name in (COMPARE, SIDE_BY_SIDE[0]):
+        page.goto(base_url + url_path(name) + "?a=equinox&b=flax_linen")
+        check_pair(page.evaluate(LAYOUT), ("equinox", "flax_linen"), name, columns=False)
+        page.screenshot(path=shots / f"{slug(name)}-{NARROW}.png")
+    page.close()
+    assert not problems, problems
+
+
+def test_without_javascript_the_compare_page_shows_all_five(browser, base_url):
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems, java_script_enabled=False)
+    page.goto(base_url + url_path(COMPARE))
+    layout = page.evaluate(LAYOUT)  # evaluate runs even where the page's own scripts do not
+    assert len(layout["sets"]) == 1 + len(SECTIONS)
+    check_columns(layout, "compare without JavaScript")
+    assert page.locator(".rosetta-view").count() == 0
     page.close()
     assert not problems, problems
