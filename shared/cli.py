@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta import files
 from cvae_rosetta.spec.config import SECTIONS, Config
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
 
@@ -72,6 +73,7 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
 # it is where it starts a message (it is what config.json and --help name), and is shown as its
 # flag inside one ("lower --learning-rate").
 OPTION_FLAGS = {
+    "checkpoint_every_seconds": "--checkpoint-every-seconds",
     "checkpoint_every": "--checkpoint-every",
     "keep_checkpoints": "--keep-checkpoints",
     "iw_samples": "--iw-samples",
@@ -206,6 +208,7 @@ def _options(args: argparse.Namespace) -> Any:
     return Options(
         impl=args.impl or "",
         checkpoint_every=args.checkpoint_every,
+        checkpoint_every_seconds=args.checkpoint_every_seconds,
         keep_checkpoints=args.keep_checkpoints,
         iw_samples=args.iw_samples,
         debug_nans=args.debug_nans,
@@ -236,13 +239,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         workdir = args.out or _default_out(protocol.load(options.impl).name)
         outcome = train.train_and_evaluate(config, workdir, options, given=given, cluster=cluster)
         if cluster is not None and cluster.process_id != 0:
-            return 0
+            return train.exit_status(outcome)  # process 0 says what happened
     if outcome.stopped:
-        resume_command = lambda out: f"cvae train --resume {out}"
-        print(f"cvae: {train.describe_stop(outcome, resume_command)}", file=sys.stderr)
-        return train.STOPPED
+        print(f"cvae: {train.describe_stop(outcome, _resume_command)}", file=sys.stderr)
+        return train.exit_status(outcome)
     print(train.describe(outcome))
     return 0
+
+
+def _resume_command(run_dir: Path) -> str:
+    return f"cvae train --resume {run_dir}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -414,6 +420,14 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help=f"write a checkpoint every K steps, and always at the end (0: only at the end) "
         f"[{DEFAULT_EVERY}]",
+    )
+    group.add_argument(
+        "--checkpoint-every-seconds",
+        type=_number(float),
+        default=0.0,
+        metavar="S",
+        help="also write one when S seconds have passed since the previous one, whichever of K "
+        "and S comes first (0: steps only) [0]",
     )
     group.add_argument(
         "--keep-checkpoints",
@@ -636,21 +650,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# exit statuses (docs/cli.md): 0 done; 1 a bug (a traceback); 2 refused input or a failed run;
+# 74 the disk refused a write (EX_IOERR); 124 cvae launch timed out; 130 and 143 stopped by SIGINT
+# and SIGTERM (128 + the signal)
+REFUSED = 2
+WRITE_FAILED = 74
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except CvaeError as err:
         print(f"cvae: error: {in_flags(str(err))}", file=sys.stderr)
-        return 2
-    except OSError as err:  # a disk that fills up or turns read-only while a run writes
+        return REFUSED
+    except files.WriteFailed as err:
+        from cvae_rosetta.app.train import describe_write_failure
+
+        print(f"cvae: error: {describe_write_failure(err, _resume_command)}", file=sys.stderr)
+        return WRITE_FAILED
+    except OSError as err:  # a disk that fills up or turns read-only while a command writes
         where = err.filename or "an output file"
         print(
             f"cvae: error: could not write {where}: {err.strerror or err}; every file written "
             "before it is complete (each is written to a temporary name, then renamed)",
             file=sys.stderr,
         )
-        return 2
+        return WRITE_FAILED if files.disk_error(err) else REFUSED
     except KeyboardInterrupt:
         print("cvae: interrupted", file=sys.stderr)
         return 130

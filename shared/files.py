@@ -13,14 +13,20 @@ too; it does not keep the old file's.
 beside the target (mode ``0o777 & ~umask``, not ``tempfile.mkdtemp``'s 0o700), renamed into place
 once the caller's block finishes, removed if it fails.
 
+A write the disk refuses (full, read-only, over quota) inside :func:`writing` becomes
+:class:`WriteFailed`, naming the file and what was being written, whether the error came from
+Python or wrapped by a library (Orbax, TensorStore).
+
 It imports nothing of the project, so every layer may use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
@@ -134,3 +140,60 @@ def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     _fsync_directory(target.parent)
+
+
+# --- a write the disk refuses ---------------------------------------------------------------------
+
+# errno values that mean the disk, not the program: full, read-only, over quota
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")  # how TensorStore (under Orbax) reports one
+
+
+class WriteFailed(Exception):
+    """A write into a run directory failed because of the disk (full, read-only, over quota).
+
+    Not one of the project's refusals (``CvaeError``): the input was fine, so the CLI ends with its
+    own exit status. ``workdir`` is the run directory, set once known."""
+
+    def __init__(self, path: Path, what: str, reason: str, workdir: Path | None = None) -> None:
+        super().__init__(f"{path}: could not write {what}: {reason}")
+        self.path, self.what, self.reason, self.workdir = Path(path), what, reason, workdir
+
+
+def disk_error(err: BaseException) -> int | None:
+    """The errno of :data:`DISK_ERRNOS` behind ``err`` (itself, its causes, or the text of an error
+    wrapped by Orbax or TensorStore), or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
+            return err.errno
+        code = _OS_ERROR_CODE.search(str(err))
+        if code and int(code.group(1)) in DISK_ERRNOS:
+            return int(code.group(1))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+@contextlib.contextmanager
+def writing(what: str, path: Path) -> Iterator[None]:
+    """Turn a disk error raised in the block into :class:`WriteFailed` naming ``path`` (or the
+    file the error names) and ``what`` was being written; anything else passes unchanged."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as err:
+        number = disk_error(err)
+        if number is None:
+            raise
+        where = getattr(err, "filename", None)
+        raise WriteFailed(
+            _target_of(Path(where)) if where else Path(path), what, os.strerror(number)
+        ) from err
+
+
+def _target_of(path: Path) -> Path:
+    """The file a temporary of :func:`atomic_write` was to become, or ``path`` itself."""
+    temporary = re.fullmatch(r"\.(.+)\.\d+\.[0-9a-f]{8}\.tmp", path.name)
+    return path.with_name(temporary.group(1)) if temporary else path

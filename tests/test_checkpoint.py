@@ -9,24 +9,34 @@ commit, so the test knows where the process is when it kills it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from run_helpers import (
+    INSTALLED,
+    TINY,
+    TOTAL,
+    assert_same_run,
+    committed,
+    corrupt,
+    final_state,
+    kill,
+    records,
+    snapshot,
+    start,
+    tmp_of,
+    train,
+    wait_for,
+)
 
 from cvae_rosetta.app import checkpoint
 from cvae_rosetta.app.trainer import Position, Progress, RunKeys
-from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
 from cvae_rosetta.spec.errors import CheckpointError
@@ -34,14 +44,6 @@ from cvae_rosetta.spec.validation import Batch
 
 pytestmark = pytest.mark.cross
 
-TINY = [
-    *("--data", "synthetic", "--batch-size", "64", "--latent-dim", "2", "--encoder-dims", "8"),
-    *("--decoder-dims", "8", "--iw-samples", "1", "--no-progress", "--epochs", "4"),
-]
-STEPS_PER_EPOCH = 512 // 64
-TOTAL = 4 * STEPS_PER_EPOCH
-WAIT = 120.0  # seconds a subprocess may take to reach the point the test waits for
-INSTALLED = [i.name for i in protocol.known() if i.installed and i.name in protocol.BUILTIN]
 IMPL = "haiku" if "haiku" in INSTALLED else "pure_jax"  # the runs' implementation
 OTHER = "flax_nnx" if "flax_nnx" in INSTALLED else None  # the one that takes a run over
 
@@ -51,41 +53,6 @@ def config() -> Config:
         input_dim=64, num_classes=10, latent_dim=2, encoder_dims=(8,), decoder_dims=(8,)
     )
     return Config(model=model, data=DataConfig(name="synthetic"))
-
-
-@contextlib.contextmanager
-def fast_outputs():
-    """cvae train without its final evaluation and pictures (tested elsewhere), to keep it quick."""
-    from cvae_rosetta.app import evaluate, images
-    from cvae_rosetta.app import rundir as run
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evaluate, "evaluate", lambda *a, **k: {})
-        mp.setattr(evaluate, "describe", lambda *a, **k: "")
-        mp.setattr(run, "write_pictures", lambda *a, **k: None)
-        mp.setattr(images, "metric_panels", lambda *a, **k: None)
-        yield
-
-
-def train(*args: str) -> int:
-    with fast_outputs():
-        return main(["train", *args])
-
-
-def records(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock seconds (the only field that may differ)."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
-
-
-def final_state(run_dir: Path) -> dict[str, np.ndarray]:
-    latest = checkpoint.latest_of_run(run_dir)
-    assert latest.step == TOTAL
-    return checkpoint.flatten(latest.state)
-
-
-def committed(run_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
 
 
 @functools.cache
@@ -192,16 +159,6 @@ def test_save_and_restore_keep_every_bit_and_only_the_latest(tmp_path):
             json.loads(path.read_text())
 
 
-def _corrupt(path: Path, how: str) -> None:
-    data = path.read_bytes()
-    if how == "truncate":
-        path.write_bytes(data[: len(data) // 2])
-    elif how == "flip":
-        path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
-    else:
-        path.unlink()
-
-
 @pytest.mark.parametrize("how", ["truncate", "flip", "delete"])
 def test_a_damaged_latest_checkpoint_is_reported_by_step(tmp_path, how):
     checkpoints = saved(tmp_path, count=3, keep=3)
@@ -210,7 +167,7 @@ def test_a_damaged_latest_checkpoint_is_reported_by_step(tmp_path, how):
             (p for p in (tmp_path / "checkpoints" / "3" / "arrays").rglob("*") if p.is_file()),
             key=lambda p: p.stat().st_size,
         )
-        _corrupt(target, how)
+        corrupt(target, how)
         word = {"truncate": "truncated", "flip": "corrupted", "delete": "missing"}[how]
         with pytest.raises(CheckpointError, match=f"step 3, is damaged.*{word}"):
             checkpoints.latest(latest_good=False)
@@ -244,38 +201,10 @@ def reference(tmp_path_factory):
     return out
 
 
-def _start(out: Path, slow: str) -> subprocess.Popen:
-    """``cvae train`` in a new process (from outside the source tree, so it runs what is
-    installed), every DeprecationWarning an error."""
-    env = {**os.environ, checkpoint.SLOW_SAVE_ENV: slow, "JAX_PLATFORMS": "cpu"}
-    command = [
-        *(sys.executable, "-W", "error::DeprecationWarning", "-m", "cvae_rosetta.cli", "train"),
-        *("--impl", IMPL, *TINY, "--checkpoint-every", "3", "--out", str(out)),
-    ]
-    return subprocess.Popen(
-        command,
-        cwd=out.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_for(process: subprocess.Popen, predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(
-                f"exited {process.returncode} before {what}: {process.stderr.read()[-2000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def _tmp_of(directory: Path, step: int) -> list[Path]:
-    return list(directory.glob(f"{step}.orbax-checkpoint-tmp*")) if directory.is_dir() else []
+def _start(out: Path, slow: str):
+    """Haiku (pure JAX without it) with a checkpoint every 3 steps, in a new process."""
+    args = ["train", "--impl", IMPL, *TINY, "--checkpoint-every", "3", "--out", str(out)]
+    return start(args, out.parent, slow=slow)
 
 
 @pytest.fixture(scope="module")
@@ -285,22 +214,13 @@ def killed(tmp_path_factory):
     on to step 9."""
     out = tmp_path_factory.mktemp("killed") / "run"
     process = _start(out, "3:600")
-    try:
-        _wait_for(process, lambda: _tmp_of(out / "checkpoints", 9), "the save of step 9")
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
+    wait_for(process, lambda: tmp_of(out / "checkpoints", 9), "the save of step 9")
+    assert kill(process)[0] == -signal.SIGKILL
     return out
 
 
 def test_a_crash_during_a_save_leaves_the_previous_checkpoints_intact(killed):
-    assert _tmp_of(killed / "checkpoints", 9)  # the save that was killed, never committed
+    assert tmp_of(killed / "checkpoints", 9)  # the save that was killed, never committed
     assert committed(killed) == [3, 6]
     checkpoints = checkpoint.Checkpoints(killed / "checkpoints")
     try:
@@ -317,12 +237,8 @@ def test_resume_after_sigkill_mid_epoch_is_bit_identical(killed, reference, tmp_
     run = tmp_path / "run"
     shutil.copytree(killed, run)
     assert train("--resume", str(run), "--no-progress", "--iw-samples", "1") == 0
-    assert not _tmp_of(run / "checkpoints", 9)  # the crashed save's leftovers are gone
-    assert records(run) == records(reference)
-    ours, theirs = final_state(run), final_state(reference)
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert not tmp_of(run / "checkpoints", 9)  # the crashed save's leftovers are gone
+    assert_same_run(run, reference)
     same = json.loads((run / "config.json").read_text())
     assert same["resumes"] == [{"step": 6, "impl": IMPL, "from": IMPL}]
 
@@ -353,36 +269,26 @@ def test_another_framework_continues_the_run(killed, reference, tmp_path):
 def test_sigint_stops_after_a_checkpoint_and_resumes_exactly(reference, tmp_path):
     out = tmp_path / "run"
     process = _start(out, "2:2")  # the second save (step 6) takes 2 s: SIGINT arrives during it
-    try:
-        _wait_for(process, lambda: _tmp_of(out / "checkpoints", 6), "the save of step 6")
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 130, stderr
-    assert "stopped at step 6 (epoch 1, batch 6)" in stderr, stderr
+    wait_for(process, lambda: tmp_of(out / "checkpoints", 6), "the save of step 6")
+    status, stderr = kill(process, signal.SIGINT)
+    assert status == 130, stderr
+    assert "stopped by SIGINT at step 6 (epoch 1, batch 6)" in stderr, stderr
     assert f"--resume {out}" in stderr
     assert "Traceback" not in stderr
     assert committed(out) == [3, 6]
     assert len(records(out)) == 6
     assert train("--resume", str(out), "--no-progress", "--iw-samples", "1") == 0
-    assert records(out) == records(reference)
-    ours, theirs = final_state(out), final_state(reference)
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert_same_run(out, reference)
 
 
 # --- damaged checkpoints and refusals through the CLI --------------------------------------------
 
 
-def _snapshot(directory: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
+def error_line(capsys) -> str:
+    """What the command printed on stderr, but the warning that it took over the lock a killed run
+    left (tested in test_run_guards.py)."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("cvae: warning: took over"))
 
 
 def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
@@ -393,13 +299,13 @@ def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
         for p in (run / "checkpoints" / "6" / "arrays").rglob("*")
         if p.is_file() and p.stat().st_size > 64
     )
-    _corrupt(target, "truncate")
-    before = _snapshot(run)
+    corrupt(target, "truncate")
+    before = snapshot(run)
     assert train("--resume", str(run), "--no-progress") == 2
-    err = capsys.readouterr().err.strip()
+    err = error_line(capsys)
     assert err.count("\n") == 0 and err.startswith("cvae: error: checkpoint:")
     assert "step 6, is damaged" in err and "--resume-latest-good" in err
-    assert _snapshot(run) == before  # nothing written
+    assert snapshot(run) == before  # nothing written
 
     assert (
         train("--resume", str(run), "--resume-latest-good", "--no-progress", "--iw-samples", "1")
@@ -423,19 +329,19 @@ def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
     ],
 )
 def test_resume_refuses_other_settings_naming_them(killed, capsys, extra, message):
-    before = _snapshot(killed)
+    before = snapshot(killed)
     assert train("--resume", str(killed), "--no-progress", *extra) == 2
-    err = capsys.readouterr().err.strip()
+    err = error_line(capsys)
     assert err.count("\n") == 0 and message in err, err
-    assert _snapshot(killed) == before
+    assert snapshot(killed) == before
 
 
 def test_resume_refuses_fewer_epochs_than_done(reference, capsys):
-    before = _snapshot(reference)
+    before = snapshot(reference)
     assert train("--resume", str(reference), "--no-progress", "--epochs", "3") == 2
-    err = capsys.readouterr().err.strip()
+    err = error_line(capsys)
     assert "train.epochs: expected at least 4 (the checkpoint at step 32" in err, err
-    assert _snapshot(reference) == before
+    assert snapshot(reference) == before
 
 
 def test_resume_refuses_a_config_json_that_disagrees_with_its_checkpoint(killed, tmp_path, capsys):
@@ -445,11 +351,11 @@ def test_resume_refuses_a_config_json_that_disagrees_with_its_checkpoint(killed,
     data = json.loads(config_file.read_text())
     data["config"]["model"]["latent_dim"] = 5
     config_file.write_text(json.dumps(data))
-    before = _snapshot(run)
+    before = snapshot(run)
     assert train("--resume", str(run), "--no-progress") == 2
-    err = capsys.readouterr().err.strip()
+    err = error_line(capsys)
     assert "model.latent_dim: expected the values of the run in" in err, err
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
 
 
 def test_resume_of_what_is_not_a_resumable_run(tmp_path, capsys):
@@ -464,7 +370,7 @@ def test_resume_of_what_is_not_a_resumable_run(tmp_path, capsys):
         (tmp_path / "nockpt", "checkpoints (cvae train writes checkpoints there), got no such"),
     ):
         assert train("--resume", str(target), "--no-progress") == 2
-        err = capsys.readouterr().err.strip()
+        err = error_line(capsys)
         assert err.count("\n") == 0 and message in err, err
     assert train("--resume-latest-good", "--no-progress") == 2
     assert "expected only with --resume" in capsys.readouterr().err

@@ -8,7 +8,6 @@ functions of the run's implementation give.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from run_helpers import fast_outputs
 
 from cvae_rosetta.app import checkpoint, inference
 from cvae_rosetta.app import rundir as run
@@ -31,18 +31,6 @@ TINY = [
     *("--decoder-dims", "8", "--iw-samples", "1", "--no-progress", "--epochs", "2"),
 ]
 BLOCKED = ("flax", "haiku", "equinox", "optax", "orbax", "chex", "jmp", "tensorstore", "sklearn")
-
-
-@contextlib.contextmanager
-def fast_outputs():
-    from cvae_rosetta.app import evaluate, images
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evaluate, "evaluate", lambda *a, **k: {})
-        mp.setattr(evaluate, "describe", lambda *a, **k: "")
-        mp.setattr(run, "write_pictures", lambda *a, **k: None)
-        mp.setattr(images, "metric_panels", lambda *a, **k: None)
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Failures that lose nothing: a step that goes non-finite, ``--debug-nans``, a disk that fails.
+"""Failures that lose nothing: a step that goes non-finite, ``--debug-nans``, a disk that fails
+(more of those, injected into whole runs and resumed, in ``test_faults.py``).
 
 The non-finite runs use a small implementation written here (``poisoned``: pure JAX with a NaN
 injected into one chosen step's gradient or loss), so the step where things go wrong is known.
@@ -149,9 +150,13 @@ def test_a_disk_that_fails_at_save_time_keeps_every_earlier_output(
     monkeypatch.setattr(run, "write_json", failing)
     out = tmp_path / "run"
     code, err = run_cli(capsys, "train", "--out", str(out), *RUN)
-    assert code == 2
+    assert code == 74  # not 2: the input was fine, the disk was not
     [line] = err.splitlines()
-    assert line.startswith(f"cvae: error: could not write {out / 'summary.json'}: {text}"), line
+    assert line == (
+        f"cvae: error: could not write {out / 'summary.json'} (the summary): {text}; the "
+        "checkpoints written before it are intact; once the disk can be written again, go on "
+        f"with: cvae train --resume {out}"
+    )
     assert not (out / "summary.json").exists()
     # what was written before is complete and readable
     assert json.loads((out / "config.json").read_text())["command"] == "train"

@@ -11,6 +11,11 @@ On CPU, collectives go through gloo, and each process arranges ``devices / P`` h
 loopback, forwards their output, and stops them all as soon as one fails, on a timeout, or on
 Ctrl-C. On a real cluster, run the same ``cvae train ... --distributed`` line on every host with
 its own ``--process-id`` and the coordinator's address.
+
+SIGTERM or SIGINT may reach only some processes: they agree every few steps on whether to stop
+(:meth:`Cluster.agree`), so all stop after the same step and process 0 writes the checkpoint. When
+one process stops that way (exit status 130 or 143), the launcher waits for the others to stop too
+instead of terminating them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from cvae_rosetta.spec.errors import ConfigError
 # pmap is left out: its multi-process form wants per-process arrays with a leading local-device axis
 # and a different data path; the mesh-based mechanisms run unchanged on a global mesh.
 DISTRIBUTED_MECHANISMS = ("sharded", "shard_map")
+# a process stopped by a signal after its checkpoint (128 + SIGINT, 128 + SIGTERM); the others stop
+# after the same step, so the launcher waits for them
+STOPPED_STATUSES = {128 + signal.SIGINT, 128 + signal.SIGTERM}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +103,17 @@ class Cluster:
                 f"train.devices: expected {jax.device_count()} (the devices of all "
                 f"{self.num_processes} processes together), got {config.train.devices}"
             )
+
+    def agree(self, *values: int) -> tuple[int, ...]:
+        """Each value's maximum over all processes (one small all-gather): how the processes
+        agree to stop, or to write a checkpoint, when only some of them know
+        (:class:`cvae_rosetta.app.checkpoint.Cadence`). Every process must call it at the same
+        point."""
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        gathered = multihost_utils.process_allgather(np.asarray(values, np.int32))
+        return tuple(int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0))
 
 
 # --- the launcher ---------------------------------------------------------------------------------
@@ -173,7 +192,8 @@ def launch(
         while True:
             codes = [p.poll() for p in procs]
             failed = [c for c in codes if c not in (None, 0)]
-            if failed:
+            stopping = set(failed) <= STOPPED_STATUSES and None in codes  # the others follow
+            if failed and not stopping:
                 status = failed[0]
                 break
             if all(c == 0 for c in codes):

@@ -538,16 +538,17 @@ def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> l
     results = []
     for r in runs:
         impl = impls[r.impl_name]
-        result = evaluate(
-            impl,
-            states[r.impl_name],
-            dataset,
-            config.train.seed,
-            iw_samples=k,
-            classifier=classifier,
-            out=r.directory,
-            title=getattr(impl, "name", r.impl_name),
-        )
-        run.write_json(r.directory / EVALUATION_FILE, {"impl": r.impl_name, **result})
+        with run.RunLock.acquire(r.directory, command="evaluate", field="run_dir"):
+            result = evaluate(
+                impl,
+                states[r.impl_name],
+                dataset,
+                config.train.seed,
+                iw_samples=k,
+                classifier=classifier,
+                out=r.directory,
+                title=getattr(impl, "name", r.impl_name),
+            )
+            run.write_json(r.directory / EVALUATION_FILE, {"impl": r.impl_name, **result})
         results.append({"impl": r.impl_name, "directory": str(r.directory), **result})
     return results

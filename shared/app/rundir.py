@@ -2,14 +2,23 @@
 
 Everything that could refuse a run (the output directory included) is checked by
 :func:`check_out_dir` before any file is written, so bad input never leaves a half-made directory.
+A run directory has one writer at a time (:class:`RunLock`), and a write the disk refuses ends the
+run with :class:`~cvae_rosetta.files.WriteFailed`, naming the file and what was being written
+(:func:`~cvae_rosetta.files.writing`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +55,7 @@ RUN_FILES = (
     PARAMS_FILE,
 )
 EVALUATION_FILES = (EVALUATION_FILE, GENERATED_FILE, LATENT_FILE)
+LOCK_FILE = "run.lock"  # flocked by the one process writing the directory; names it (RunLock)
 RUN_MARKER = CONFIG_FILE
 SAMPLES_PER_CLASS = 8
 RECONSTRUCTIONS = 16
@@ -63,7 +73,7 @@ def check_out_dir(
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise OutputError(f"out: expected a directory, got the existing file {out}")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         if not overwrite:
             raise OutputError(
                 f"out: expected an empty or new directory, got {out}, which is not empty "
@@ -97,6 +107,27 @@ def make_out_dir(out: Path, *, overwrite: bool, marker: str = RUN_MARKER) -> Pat
     return out
 
 
+def claim_out_dir(out: Path, *, overwrite: bool, command: str) -> RunLock:
+    """Create the run directory ``out`` (after :func:`check_out_dir`) and lock it for this process;
+    checked again under the lock (another run may have filled it since), then a previous run there
+    is removed if ``overwrite``. The caller releases the lock when the run ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock.acquire(out, command=command, field="out")
+    try:
+        check_out_dir(out, overwrite=overwrite)
+        for entry in out.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
 def write_json(path: Path, data: Any) -> None:
     """``data`` as JSON indented by 2 with a final newline, written atomically with the umask's
     permissions (:func:`cvae_rosetta.files.write_json`)."""
@@ -108,11 +139,13 @@ class MetricsLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a")  # noqa: SIM115 - closed by close()
+        with files.writing(path.name, path):
+            self._file = open(path, "a")  # noqa: SIM115 - closed by close()
 
     def __call__(self, record: Record) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        with files.writing(self.path.name, self.path):
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()
@@ -253,3 +286,121 @@ def load_params(path: Path) -> dict[str, Any]:
         if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
             raise ParameterError(f"{path}: {key}: expected finite values, got NaN or infinity")
     return unflatten_params(flat, source=str(path))
+
+
+# --- one writer per run directory -----------------------------------------------------------------
+
+
+class RunLock:
+    """The one process writing a run directory: an exclusive ``flock`` on ``RUN/run.lock``, held
+    from the first write of ``cvae train`` (or ``--resume``, or ``cvae evaluate``) to its end.
+
+    The file holds the holder's record (pid, host, since when, command) while it is held and is
+    emptied, never removed, when released (removing it would let two processes lock two different
+    files). The kernel drops the lock of a process that dies, so a record left behind by a killed
+    run is taken over, with a warning naming it. Where the file system cannot lock files, the record
+    alone decides: a record of a live process on this host (or of any other host) refuses.
+    """
+
+    def __init__(self, path: Path, descriptor: int) -> None:
+        self.path, self._descriptor = path, descriptor
+
+    @classmethod
+    def acquire(cls, directory: Path, *, command: str, field: str) -> RunLock:
+        """Lock ``directory`` or refuse at once, naming the holder (``field`` leads the message)."""
+        path = Path(directory) / LOCK_FILE
+        with files.writing(LOCK_FILE, path):
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            held = cls._lock(descriptor)
+            previous = _read_holder(descriptor)
+            if held is None and previous and _alive(previous):
+                held = False  # no file locks here: the record of a live process refuses
+            if held is False:
+                raise OutputError(
+                    f"{field}: expected a run directory no other process is writing, got "
+                    f"{directory}, held by {describe_holder(previous)}"
+                )
+            if previous:
+                state = "no longer running" if _dead_here(previous) else "no longer holding it"
+                print(
+                    f"cvae: warning: took over {path} from {describe_holder(previous)}, {state}",
+                    file=sys.stderr,
+                )
+            record = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "command": command,
+            }
+            with files.writing(LOCK_FILE, path):
+                _write_holder(descriptor, json.dumps(record) + "\n")
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return cls(path, descriptor)
+
+    @staticmethod
+    def _lock(descriptor: int) -> bool | None:
+        """True: locked; False: another process holds it; None: this file system cannot lock."""
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError as err:
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                return None
+            raise
+        return True
+
+    def release(self) -> None:
+        if self._descriptor < 0:
+            return
+        with contextlib.suppress(OSError):  # a full disk cannot refuse a truncation
+            os.ftruncate(self._descriptor, 0)
+        os.close(self._descriptor)  # drops the flock
+        self._descriptor = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _read_holder(descriptor: int) -> dict[str, Any]:
+    try:
+        holder = json.loads(os.pread(descriptor, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _write_holder(descriptor: int, text: str) -> None:
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, text.encode(), 0)
+    os.fsync(descriptor)
+
+
+def _dead_here(holder: dict[str, Any]) -> bool:
+    """The holder ran on this host and its process is gone."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive, someone else's
+    return False
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    return not _dead_here(holder) and holder.get("pid") != os.getpid()
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    return (
+        f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since "
+        f"{holder.get('since', '?')} ({holder.get('command', '?')})"
+    )

@@ -14,18 +14,25 @@ the devices, the checkpoints, the pictures, the final parameters and the evaluat
 
 Errors name config fields (``train.data_parallel``) and :class:`Options` fields
 (``checkpoint_every``); the CLI shows them as its flags.
+
+Faults a run survives (docs/checkpoints.md): SIGINT and SIGTERM are handled for the whole call,
+start-up and final outputs included (the run stops at a checkpoint; :func:`exit_status` is 130 or
+143); the run directory is locked for its one writer (:class:`~cvae_rosetta.app.rundir.RunLock`);
+a write the disk refuses raises :class:`~cvae_rosetta.files.WriteFailed` naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta import files
 from cvae_rosetta.app import checkpoint, evaluate, images, rundir
 from cvae_rosetta.app.data import Dataset
 from cvae_rosetta.app.trainer import RunKeys, TrainResult, check_debug_nans, train
@@ -33,7 +40,8 @@ from cvae_rosetta.spec import parallel, protocol
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
-STOPPED = 130  # the exit status of a run stopped by a signal, with a checkpoint written
+STOPPED = 128 + signal.SIGINT  # 130: the exit status of a run stopped by Ctrl-C, checkpointed
+TERMINATED = 128 + signal.SIGTERM  # 143: the same for SIGTERM (a scheduler's preemption)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class Options:
 
     impl: str = "pure_jax"  # a built-in name or "module:attribute"
     checkpoint_every: int = checkpoint.DEFAULT_EVERY  # steps between checkpoints; 0: at the end
+    checkpoint_every_seconds: float = 0.0  # seconds between checkpoints too; 0: steps only
     keep_checkpoints: int = checkpoint.DEFAULT_KEEP
     iw_samples: int = evaluate.DEFAULT_IW_SAMPLES  # of the importance-weighted bound
     debug_nans: bool = False  # every step under checkify (serial runs only)
@@ -51,7 +60,9 @@ class Options:
 
     def check(self, config: Config) -> Options:
         """Refuse bad options before anything is read or written."""
-        checkpoint.check_options(self.checkpoint_every, self.keep_checkpoints)
+        checkpoint.check_options(
+            self.checkpoint_every, self.keep_checkpoints, self.checkpoint_every_seconds
+        )
         evaluate.check_iw_samples(self.iw_samples)
         check_debug_nans(self.debug_nans, config)
         return self
@@ -69,11 +80,17 @@ class Outcome:
     summary: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
+    stopped_by: int = 0  # the signal that stopped the run (a checkpoint was written), 0 if none
 
     @property
     def stopped(self) -> bool:
-        """Stopped by a signal before its last epoch (a checkpoint was written)."""
-        return self.result.stopped
+        """Stopped by a signal, in training or in its final outputs (a checkpoint was written)."""
+        return bool(self.stopped_by)
+
+
+def exit_status(outcome: Outcome) -> int:
+    """0 for a finished run; 128 + the signal for a stopped one (130 SIGINT, 143 SIGTERM)."""
+    return 128 + outcome.stopped_by if outcome.stopped else 0
 
 
 def fit_to_data(config: Config, given: Collection[str] = ()) -> tuple[Config, Dataset]:
@@ -131,16 +148,26 @@ def train_and_evaluate(
     impl = protocol.load(options.impl)
     writer = cluster is None or cluster.process_id == 0  # the one process that writes outputs
     out = rundir.check_out_dir(workdir, overwrite=options.overwrite) if writer else None
-    start_devices(config, cluster)
-    config, dataset = fit_to_data(config, given)
-    keys = RunKeys.from_seed(config.train.seed)
-    state = impl.init(keys.init, config)
-    if not writer:
-        result = train(impl, state, config, dataset, keys, progress=False)
-        return Outcome(Path(workdir), impl.name, dataset.name, config, result)
-    rundir.make_out_dir(out, overwrite=options.overwrite)
-    rundir.save_config(out, config, command="train", impl=options.impl)
-    return _train_into(out, impl, state, config, dataset, keys, options, cluster=cluster)
+    with checkpoint.GracefulStop() as stop:  # start-up included: it stops at the first step
+        start_devices(config, cluster)
+        stop.install()  # again, after jax.distributed took SIGTERM
+        config, dataset = fit_to_data(config, given)
+        keys = RunKeys.from_seed(config.train.seed)
+        state = impl.init(keys.init, config)
+        agree = cluster.agree if cluster is not None else None
+        if not writer:
+            cadence = _cadence(options, stop, agree)
+            result = train(impl, state, config, dataset, keys, progress=False, decide=cadence)
+            outcome = Outcome(Path(workdir), impl.name, dataset.name, config, result)
+            outcome.stopped_by = cadence.stopped_by if result.stopped else 0
+            return outcome
+        # under jax.distributed only process 0 writes, so only it holds the run directory's lock
+        with rundir.claim_out_dir(out, overwrite=options.overwrite, command="train"), _in(out):
+            with files.writing(rundir.CONFIG_FILE, out / rundir.CONFIG_FILE):
+                rundir.save_config(out, config, command="train", impl=options.impl)
+            return _train_into(
+                out, impl, state, config, dataset, keys, options, stop=stop, agree=agree
+            )
 
 
 def resume(
@@ -157,13 +184,38 @@ def resume(
     change is refused naming every differing field. ``options.impl`` defaults to the run's own.
     """
     options = options or Options(impl="")
-    opened = checkpoint.Resume.open(workdir, latest_good=options.latest_good)
-    config = _changed(opened.config, changes or {}, what=f"the run in {opened.directory}")
-    options = dataclasses.replace(options, impl=options.impl or opened.run["impl"]).check(config)
-    impl = protocol.load(options.impl)
+    with checkpoint.GracefulStop() as stop:
+        opened = checkpoint.Resume.open(workdir, latest_good=options.latest_good)
+        config = _changed(opened.config, changes or {}, what=f"the run in {opened.directory}")
+        options = dataclasses.replace(options, impl=options.impl or opened.run["impl"])
+        options.check(config)
+        impl = protocol.load(options.impl)
+        lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
+        with lock, _in(opened.directory):
+            return _resume_locked(opened, impl, config, options, changes or {}, stop)
+
+
+@contextlib.contextmanager
+def _in(workdir: Path) -> Iterator[None]:
+    """A :class:`~cvae_rosetta.files.WriteFailed` of the block names its run directory."""
+    try:
+        yield
+    except files.WriteFailed as err:
+        err.workdir = workdir
+        raise
+
+
+def _resume_locked(
+    opened: checkpoint.Resume,
+    impl: Any,
+    config: Config,
+    options: Options,
+    changes: Mapping[str, Any],
+    stop: checkpoint.GracefulStop,
+) -> Outcome:
     start_devices(config)
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
-    config, dataset = fit_to_data(config, set(changes or {}))
+    config, dataset = fit_to_data(config, set(changes))
     records = opened.check(config, dataset)
     state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
     for step, reason in opened.damaged:
@@ -171,7 +223,8 @@ def resume(
         print(
             f"warning: checkpoint {step} is damaged ({reason}); moved to {aside}", file=sys.stderr
         )
-    opened.prepare(records, config, impl.name)
+    with files.writing("the resumed run's config.json and metrics.jsonl", opened.directory):
+        opened.prepare(records, config, impl.name)
     progress = opened.checkpoint.progress
     position = progress.position
     by = "" if impl.name == opened.checkpoint.impl else f" (written by {opened.checkpoint.impl})"
@@ -189,6 +242,7 @@ def resume(
         dataset,
         opened.checkpoint.keys,
         options,
+        stop=stop,
         start=progress,
         history=records,
     )
@@ -208,6 +262,12 @@ def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config
     return config
 
 
+def _cadence(options: Options, stop: checkpoint.GracefulStop, agree: Any) -> checkpoint.Cadence:
+    return checkpoint.Cadence(
+        options.checkpoint_every, options.checkpoint_every_seconds, stop=stop, agree=agree
+    )
+
+
 def _train_into(
     out: Path,
     impl: Any,
@@ -217,60 +277,76 @@ def _train_into(
     keys: RunKeys,
     options: Options,
     *,
-    cluster: Any = None,
+    stop: checkpoint.GracefulStop,
+    agree: Any = None,
     start: Any = None,
     history: Any = (),
 ) -> Outcome:
     """Train with metrics and checkpoints written as it goes; then, unless stopped, the final
-    pictures, parameters, summary and evaluation."""
+    pictures, parameters, summary and evaluation (a signal interrupts those at once: training is
+    done and checkpointed, and ``--resume`` writes them)."""
     log = rundir.MetricsLog(out / rundir.METRICS_FILE)
     saver = checkpoint.Saver(out, impl, config, keys, dataset, keep=options.keep_checkpoints)
-    # Ctrl-C stops one process gracefully; the others of a distributed run would wait for it
-    stopper = checkpoint.GracefulStop() if cluster is None else contextlib.nullcontext(None)
+    cadence = _cadence(options, stop, agree)
     try:
-        with stopper as stop:
-            result = train(
-                impl,
-                state,
-                config,
-                dataset,
-                keys,
-                on_record=log,
-                progress=options.progress,
-                desc=impl.name,
-                start=start,
-                history=history,
-                on_checkpoint=saver,
-                checkpoint_every=options.checkpoint_every,
-                should_stop=stop,
-                debug_nans=options.debug_nans,
-            )
+        result = train(
+            impl,
+            state,
+            config,
+            dataset,
+            keys,
+            on_record=log,
+            progress=options.progress,
+            desc=impl.name,
+            start=start,
+            history=history,
+            on_checkpoint=saver,
+            decide=cadence,
+            debug_nans=options.debug_nans,
+        )
     finally:
         log.close()
         saver.close()
     outcome = Outcome(out, impl.name, dataset.name, config, result)
     if result.stopped:
+        outcome.stopped_by = cadence.stopped_by
         return outcome
-    rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
-    images.metric_panels(
-        {impl.name: rundir.curves_of(result.records)},
-        out / rundir.CURVES_FILE,
-        title=f"{impl.name} on {dataset.name}",
-    )
+    try:
+        with stop.immediately():
+            _write_outputs(outcome, impl, dataset, keys, options)
+    except checkpoint.Stopped as stopped:
+        outcome.stopped_by = stopped.signum
+    return outcome
+
+
+def _write_outputs(
+    outcome: Outcome, impl: Any, dataset: Dataset, keys: RunKeys, options: Options
+) -> None:
+    """The pictures, curves, summary, final parameters and evaluation of a finished run."""
+    out, result, config = outcome.workdir, outcome.result, outcome.config
+    with files.writing("the pictures", out):
+        rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
+        images.metric_panels(
+            {impl.name: rundir.curves_of(result.records)},
+            out / rundir.CURVES_FILE,
+            title=f"{impl.name} on {dataset.name}",
+        )
     outcome.summary = {
         "impl": impl.name,
         **result.final(),
         "compile_seconds": result.compile_seconds,
         "steps_per_second": result.steps_per_second,
     }
-    rundir.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
-    rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
-    outcome.evaluation = evaluate.evaluate(
-        impl, result.state, dataset, config.train.seed, iw_samples=options.iw_samples, out=out
-    )
-    rundir.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
+    with files.writing("the summary", out / rundir.SUMMARY_FILE):
+        rundir.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
+    with files.writing("the final parameters", out / evaluate.PARAMS_FILE):
+        rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
+    with files.writing("the evaluation", out):
+        outcome.evaluation = evaluate.evaluate(
+            impl, result.state, dataset, config.train.seed, iw_samples=options.iw_samples, out=out
+        )
+        rundir.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
     outcome.written = [*rundir.RUN_FILES, *rundir.EVALUATION_FILES]
-    return outcome
 
 
 def describe(outcome: Outcome) -> str:
@@ -292,7 +368,24 @@ def describe(outcome: Outcome) -> str:
 def describe_stop(outcome: Outcome, resume_command: Callable[[Path], str]) -> str:
     """The line for a run stopped by a signal: where it stopped and how to go on."""
     position = outcome.result.progress.position
-    return (
-        f"{outcome.impl} stopped at step {position.step} (epoch {position.epoch + 1}, batch "
-        f"{position.batch}), checkpoint written; go on with: {resume_command(outcome.workdir)}"
+    name = signal.Signals(outcome.stopped_by).name
+    where = (
+        f"step {position.step} (epoch {position.epoch + 1}, batch {position.batch})"
+        if outcome.result.stopped
+        else f"the last step, {position.step}, before its final outputs were all written"
     )
+    return (
+        f"{outcome.impl} stopped by {name} at {where}, checkpoint written; go on with: "
+        f"{resume_command(outcome.workdir)}"
+    )
+
+
+def describe_write_failure(err: files.WriteFailed, resume_command: Callable[[Path], str]) -> str:
+    """The line for a run the disk stopped: which file, what it was, and how to go on."""
+    line = f"could not write {err.path} ({err.what}): {err.reason}"
+    if err.workdir is not None and checkpoint.has_checkpoints(err.workdir):
+        return (
+            f"{line}; the checkpoints written before it are intact; once the disk can be written "
+            f"again, go on with: {resume_command(err.workdir)}"
+        )
+    return f"{line}; no checkpoint was written: start the run again once the disk can be written"

@@ -166,8 +166,7 @@ def train(
     start: Progress | None = None,
     history: Sequence[Record] = (),
     on_checkpoint: Callable[[Any, Progress], None] | None = None,
-    checkpoint_every: int = 0,
-    should_stop: Callable[[], bool] | None = None,
+    decide: Callable[[int, bool], tuple[bool, bool]] | None = None,
     debug_nans: bool = False,
 ) -> TrainResult:
     """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``.
@@ -178,10 +177,14 @@ def train(
 
     Resuming: ``start`` is where ``state`` stands (default: step 0) and ``history`` the records made
     before it (returned in ``TrainResult.records``, not emitted again). Checkpoints:
-    ``on_checkpoint(state, progress)`` receives the single-device state after every
-    ``checkpoint_every`` steps (0: never), at the end, and when ``should_stop()`` turns true, which
-    is polled after every step; every step up to ``progress.position.step`` has been recorded by
-    then. A checkpoint due at an epoch's last step is made after that epoch's record.
+    ``on_checkpoint(state, progress)`` receives the single-device state at the end and whenever
+    ``decide(t, boundary)`` says so; it is asked before the first step, after every step and at
+    every epoch's end (``boundary`` true at the first and the last), and again after each
+    checkpoint (a signal may come while it is written), and answers ``(write a checkpoint, stop)``
+    (a stop writes one first; :class:`cvae_rosetta.app.checkpoint.Cadence`).
+    Every step up to ``progress.position.step`` has been recorded by then. A checkpoint due at an
+    epoch's last step is made after that epoch's record. In a run of several processes every
+    process asks at the same steps, so their answers may be agreed.
 
     ``debug_nans`` runs every step under ``checkify`` with NaN checks (slower): the first
     operation that produces a NaN is named, with its source line, on the step it happens.
@@ -192,6 +195,7 @@ def train(
     check_debug_nans(debug_nans, config)
     emit = on_record or (lambda record: None)
     records: list[Record] = list(history)
+    resumed = start is not None  # from a checkpoint at its own position
     start = start or Progress.start()
     epochs, num_batches = config.train.epochs, batches.num_batches
     first = start.position
@@ -231,7 +235,7 @@ def train(
     session_seconds = 0.0
     pending: list[Any] = []  # this epoch's step metrics on the device, not recorded yet
     done = [tuple(m) for m in start.epoch_metrics]  # this epoch's recorded step metrics
-    saved_at = [first.step if first.step else None]  # the step of the latest checkpoint
+    saved_at = [first.step if resumed else None]  # the step of the latest checkpoint
 
     def flush(epoch: int) -> None:
         """Record the pending steps (after checking that their metrics are finite)."""
@@ -268,8 +272,11 @@ def train(
             plan.local_state(state), records, compile_seconds, rate, position, stopped
         )
 
-    stop = should_stop or (lambda: False)
+    decide = decide or (lambda t, boundary: (False, False))
     try:
+        if decide(t, True)[1]:  # stopped while starting: at the checkpoint it starts from
+            checkpoint(first.epoch, first.batch)
+            return result(start, stopped=True)
         for epoch in range(first.epoch, epochs):
             if epoch != loaded:
                 xs, cs = epoch_data(epoch)
@@ -297,13 +304,14 @@ def train(
                     bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
                 if i == num_batches - 1:
                     break
-                if (checkpoint_every and t % checkpoint_every == 0) or stop():
+                save, stop = decide(t, False)
+                if save:
                     flush(epoch)
                     seconds = time.perf_counter() - tick
                     train_seconds += seconds
                     session_seconds += seconds
                     checkpoint(epoch, i + 1)
-                    if stop():  # asked before the checkpoint, or while it was written
+                    if stop or decide(t, False)[1]:  # asked before the checkpoint, or during it
                         return result(now(epoch, i + 1), stopped=True)
                     tick = time.perf_counter()
             flush(epoch)
@@ -332,10 +340,11 @@ def train(
                 }
             )
             done = []
-            if (checkpoint_every and t % checkpoint_every == 0) or epoch == epochs - 1 or stop():
+            save, stop = decide(t, True)
+            if save or epoch == epochs - 1:
                 checkpoint(epoch + 1, 0)
-            if stop() and epoch < epochs - 1:
-                checkpoint(epoch + 1, 0)  # nothing to do if it was just written
+                stop = stop or decide(t, True)[1]  # asked during the checkpoint
+            if stop and epoch < epochs - 1:
                 return result(now(epoch + 1, 0), stopped=True)
     finally:
         bar.close()
