@@ -1,0 +1,390 @@
+"""Fault injection: the ways a run dies on a shared machine or a cluster, each followed by a resume
+that must go on with no more steps lost than promised (at most ``--checkpoint-every``; none for a
+signal) and end, bit for bit, where an uninterrupted run ends.
+
+- SIGKILL at random points (in the middle of a save, and after a random step) of runs of pure JAX,
+  of another framework, and of pure JAX data-parallel over two host devices;
+- SIGTERM while starting, while resuming, while training, in the final evaluation, and sent to one
+  process of two under ``jax.distributed``;
+- a second writer on the same run directory;
+- a full disk and a quota (a save or a metrics record that fails as the file system would);
+- a truncated and a bit-flipped latest checkpoint.
+
+A signal or a fault is injected at a known point by a few lines of Python run before the CLI in
+the child process (``run_helpers.start(driver=...)``). ``tox -e faults`` runs this file (two forced
+host devices, every framework installed) in under four minutes on two cores;
+``benchmarks/fault_report.py`` runs a larger sweep and counts what it costs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from run_helpers import (
+    EVERY,
+    INSTALLED,
+    TINY,
+    TOTAL,
+    WAIT,
+    assert_same_run,
+    committed,
+    corrupt,
+    fault_args,
+    finish,
+    kill,
+    kill_during_save,
+    largest_array_file,
+    last_recorded_step,
+    lost_steps,
+    resume_args,
+    resumes,
+    signal_after_step,
+    start,
+    tmp_of,
+    train,
+    wait_for,
+)
+
+from cvae_rosetta.app import checkpoint, rundir
+
+pytestmark = pytest.mark.faults
+
+OTHER = next((n for n in ("flax_nnx", "equinox", "haiku", "flax_linen") if n in INSTALLED), None)
+SHARDED = ("--data-parallel", "sharded", "--devices", "2")
+CASES = {
+    "pure_jax": ("pure_jax", ()),
+    "other": (OTHER, ()),
+    "pure_jax-sharded2": ("pure_jax", SHARDED),
+}
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """Each case's uninterrupted run (made on first use)."""
+    made: dict[str, Path] = {}
+
+    def reference(case: str) -> Path:
+        if case not in made:
+            impl, extra = CASES[case]
+            out = tmp_path_factory.mktemp(f"reference-{case}") / "run"
+            args = ["--impl", impl, *TINY, *extra, "--checkpoint-every", "0", "--out", str(out)]
+            assert train(*args) == 0
+            made[case] = out
+        return made[case]
+
+    return reference
+
+
+def injected(where: str, action: str, *, times: int = 1) -> str:
+    """Python for ``start(driver=...)``: ``where`` ("module:function") does ``action`` (a statement
+    using ``os`` and ``signal``) on its ``times``-th call, then what it did before."""
+    module, _, name = where.partition(":")
+    owner, _, attribute = name.rpartition(".")
+    target = f"_m.{owner}" if owner else "_m"
+    return (
+        f"import functools, importlib, os, signal\n"
+        f"_m = importlib.import_module({module!r})\n"
+        f"_calls = [0]\n"
+        f"_real = getattr({target}, {attribute!r})\n"
+        f"@functools.wraps(_real)\n"
+        f"def _injected(*args, **kwargs):\n"
+        f"    _calls[0] += 1\n"
+        f"    if _calls[0] == {times}:\n"
+        f"        {action}\n"
+        f"    return _real(*args, **kwargs)\n"
+        f"setattr({target}, {attribute!r}, _injected)\n"
+    )
+
+
+TERM_SELF = "os.kill(os.getpid(), signal.SIGTERM)"
+
+
+def stopped_line(stderr: str) -> str:
+    [line] = [line for line in stderr.splitlines() if " stopped by " in line]
+    return line
+
+
+# --- SIGKILL at random points --------------------------------------------------------------------
+
+
+KILLS = {  # where each case is killed: in the middle of a save, after a step (of a new run or of
+    # its resume); the save and the step are drawn at random, the same on every run of the suite
+    "pure_jax": ("save", "step"),
+    "other": ("save",),
+    "pure_jax-sharded2": ("step",),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "pure_jax",
+        pytest.param("other", marks=pytest.mark.skipif(OTHER is None, reason="needs a framework")),
+        "pure_jax-sharded2",
+    ],
+)
+def test_killed_at_random_points_goes_on_bit_for_bit(case, references, tmp_path):
+    """SIGKILL in the middle of a random one of the first four saves, or after a random step, then
+    resumed each time: never more than EVERY steps lost, and in the end the very same run."""
+    impl, extra = CASES[case]
+    rng = random.Random(case)
+    out = tmp_path / "run"
+    for n, kill_at in enumerate(KILLS[case]):
+        args = resume_args(out) if n else fault_args(impl, out, extra)
+        if kill_at == "save":
+            status, lost = kill_during_save(args, out, rng.randint(1, 4))
+        else:
+            step = rng.randint(max(committed(out), default=0) + 1, TOTAL - 1)
+            status, lost, _ = signal_after_step(args, out, step)
+        assert status == -signal.SIGKILL and 0 <= lost <= EVERY, (kill_at, status, lost)
+    assert go_on(out) == 0
+    assert resumes(out) == len(KILLS[case])
+    assert_same_run(out, references(case))
+
+
+def go_on(out: Path, *extra: str) -> int:
+    """Resume the run in ``out`` to its end, in this process."""
+    return train("--resume", str(out), *extra, "--no-progress", "--iw-samples", "1")
+
+
+# --- SIGTERM -------------------------------------------------------------------------------------
+
+
+def test_sigterm_while_starting_and_while_resuming_stops_cleanly(references, tmp_path):
+    """Before this change the default action killed the process in both (exit status -15, and the
+    resume, started from checkpoint 0 here, lost nothing only because nothing had been trained)."""
+    out = tmp_path / "run"
+    driver = injected("cvae_rosetta.app.train:fit_to_data", TERM_SELF)  # during start-up
+    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
+    assert status == 143, stderr
+    assert stopped_line(stderr) == (
+        f"cvae: pure_jax stopped by SIGTERM at step 0 (epoch 1, batch 0), checkpoint written; go "
+        f"on with: cvae train --resume {out}"
+    )
+    assert committed(out) == [0] and "Traceback" not in stderr
+
+    driver = injected("cvae_rosetta.app.checkpoint:Resume.load", TERM_SELF)
+    status, stderr = finish(start(["train", "--resume", str(out)], tmp_path, driver=driver))
+    assert status == 143, stderr
+    assert "stopped by SIGTERM at step 0 (epoch 1, batch 0)" in stopped_line(stderr)
+    assert go_on(out) == 0
+    assert_same_run(out, references("pure_jax"))
+
+
+def test_sigterm_while_training_stops_at_a_checkpoint_with_status_143(references, tmp_path):
+    """Before this change: status 130, the one of Ctrl-C."""
+    out = tmp_path / "run"
+    # sent while the second checkpoint (step 6) is written: the run stops right after it
+    driver = injected("cvae_rosetta.app.checkpoint:Saver.__call__", TERM_SELF, times=2)
+    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
+    assert status == 143, stderr
+    assert "pure_jax stopped by SIGTERM at step 6 (epoch 1, batch 6)" in stopped_line(stderr)
+    assert committed(out) == [3, 6] and lost_steps(out) == 0
+    assert go_on(out) == 0
+    assert_same_run(out, references("pure_jax"))
+
+
+def test_sigterm_in_the_final_evaluation_stops_and_the_resume_writes_it(references, tmp_path):
+    """Before this change the default action killed the process (-15), saying nothing."""
+    out = tmp_path / "run"
+    driver = injected("cvae_rosetta.app.evaluate:evaluate", TERM_SELF)
+    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
+    assert status == 143, stderr
+    assert f"stopped by SIGTERM at the last step, {TOTAL}, before its final outputs" in (
+        stopped_line(stderr)
+    )
+    assert not (out / "evaluation.json").exists() and committed(out)[-1] == TOTAL
+    assert go_on(out) == 0
+    assert json.loads((out / "evaluation.json").read_text())["impl"] == "pure_jax"
+    assert_same_run(out, references("pure_jax"))
+
+
+def test_sigterm_to_one_process_of_two_stops_both_after_the_same_step(tmp_path):
+    """Under jax.distributed the signal reaches process 1 only. Before this change neither process
+    handled it: process 1 died (-15) and process 0 lost every step since its last checkpoint."""
+    out = tmp_path / "run"
+    args = ["--impl", "pure_jax", *TINY, "--epochs", "200", *SHARDED[:2], "--devices", "2"]
+    args += ["--checkpoint-every", "40", "--out", str(out)]
+    launch = ["launch", "--num-processes", "2", "--timeout", str(WAIT), "--", "train", *args]
+    launcher = start(launch, tmp_path, new_session=True)
+    try:
+        wait_for(launcher, lambda: last_recorded_step(out) >= 40, "step 40")
+        second = _process_one_of(launcher.pid)
+        os.kill(second, signal.SIGTERM)
+        status, stderr = finish(launcher)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.communicate()
+    assert status == 143, stderr
+    line = stopped_line(stderr)
+    step = int(re.search(r"at step (\d+) ", line).group(1))
+    assert step % checkpoint.AGREE_EVERY == 0 or step % 8 == 0, line  # an agreement point
+    assert committed(out)[-1] == step and last_recorded_step(out) == step
+    assert checkpoint.latest_of_run(out).step == step  # intact, and --resume goes on from it
+    assert "Traceback" not in stderr
+
+
+def _process_one_of(launcher: int) -> int:
+    """The pid of ``--process-id 1`` among the launcher's children."""
+    found = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
+    for pid in found.stdout.split():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"--process-id" in command and command[command.index(b"--process-id") + 1] == b"1":
+            return int(pid)
+    raise AssertionError(f"no process 1 among the children of {launcher}")
+
+
+# --- a second writer -----------------------------------------------------------------------------
+
+
+def test_a_second_writer_is_refused_and_a_dead_writers_lock_taken_over(
+    references, tmp_path, capsys
+):
+    """Before this change the second `--resume` ran beside the first, into the same files."""
+    out = tmp_path / "run"
+    first = start(fault_args("pure_jax", out), tmp_path, slow="2:600")  # holds in its second save
+    try:
+        wait_for(first, lambda: tmp_of(out / "checkpoints", 6), "the save of step 6")
+        before = committed(out)
+        assert train("--resume", str(out), "--no-progress") == 2
+        err = capsys.readouterr().err.strip()
+        assert re.fullmatch(
+            rf"cvae: error: --resume: expected a run directory no other process is writing, got "
+            rf"{re.escape(str(out))}, held by pid {first.pid} on \S+ since \S+ \(train\)",
+            err,
+        ), err
+        assert train(*TINY, "--out", str(out), "--overwrite") == 2
+        assert f"held by pid {first.pid}" in capsys.readouterr().err
+        assert committed(out) == before == [3]
+    finally:
+        status, _ = kill(first)
+    assert status == -signal.SIGKILL
+    assert go_on(out) == 0
+    err = capsys.readouterr().err
+    assert f"took over {out / rundir.LOCK_FILE} from pid {first.pid} on " in err
+    assert "no longer running" in err
+    assert_same_run(out, references("pure_jax"))
+
+
+# --- a full disk ---------------------------------------------------------------------------------
+
+
+def _full_disk_at_save(n: int):
+    """``Checkpoints.save`` whose ``n``-th call leaves a partial temporary directory and fails as
+    TensorStore does under Orbax on a full disk."""
+    real = checkpoint.Checkpoints.save
+    calls = [0]
+
+    def save(self, saved):
+        calls[0] += 1
+        if calls[0] == n:
+            partial = self.directory / f"{saved.step}.orbax-checkpoint-tmp-1"
+            (partial / "arrays").mkdir(parents=True)
+            (partial / "arrays" / "d").write_bytes(b"\0" * 100)
+            raise ValueError(
+                f'RESOURCE_EXHAUSTED: Error writing "params.decoder.0.bias/0" in OCDBT database '
+                f'at local file "{partial}/arrays/": Failed to write 1209 bytes to file 15: No '
+                "space left on device [os_error_code='28']"
+            )
+        return real(self, saved)
+
+    return save
+
+
+class _OverQuota:
+    """A metrics file that takes half of the line of ``step``, then fails as a full quota does."""
+
+    def __init__(self, file, step: int) -> None:
+        self._file, self._step = file, step
+
+    def write(self, text: str) -> int:
+        if f'"step": {self._step},' in text and '"event": "step"' in text:
+            self._file.write(text[: len(text) // 2])
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        return self._file.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._file, name)
+
+
+def _quota_at_record(step: int):
+    """``MetricsLog.__init__`` whose file fails on the record of ``step``."""
+    real = rundir.MetricsLog.__init__
+
+    def init(self, path):
+        real(self, path)
+        self._file = _OverQuota(self._file, step)
+
+    return init
+
+
+@pytest.mark.parametrize(
+    ("where", "fault", "what", "reason"),
+    [
+        ("checkpoints/9", "save", "checkpoint 9", "No space left on device"),
+        ("metrics.jsonl", "record", "metrics.jsonl", "Disk quota exceeded"),
+    ],
+    ids=["enospc-in-a-save", "edquot-in-metrics"],
+)
+def test_a_full_disk_ends_the_run_with_one_line_and_loses_at_most_a_checkpoint(
+    references, tmp_path, monkeypatch, capsys, where, fault, what, reason
+):
+    """Before this change: a 40-line Orbax traceback and exit status 1 for the save, status 2 and
+    no resume command for the metrics."""
+    out = tmp_path / "run"
+    if fault == "save":
+        monkeypatch.setattr(checkpoint.Checkpoints, "save", _full_disk_at_save(3))
+    else:
+        monkeypatch.setattr(rundir.MetricsLog, "__init__", _quota_at_record(8))
+    assert train(*fault_args("pure_jax", out)[1:]) == 74
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"cvae: error: could not write {out / where} ({what}): {reason}; the checkpoints written "
+        f"before it are intact; once the disk can be written again, go on with: cvae train "
+        f"--resume {out}"
+    )
+    assert not tmp_of(out / "checkpoints")  # nothing half-written where a resume would look
+    assert committed(out) == [3, 6] and last_recorded_step(out) - 6 <= EVERY
+    monkeypatch.undo()
+    assert go_on(out) == 0
+    assert_same_run(out, references("pure_jax"))
+
+
+# --- a damaged latest checkpoint -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A whole run with a checkpoint every EVERY steps: 27, 30 and 32 kept."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert train(*fault_args("pure_jax", out)[1:]) == 0
+    assert committed(out) == [27, 30, 32]
+    return out
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+def test_a_damaged_latest_checkpoint_costs_the_steps_since_the_one_before(
+    references, finished, tmp_path, capsys, how
+):
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    corrupt(largest_array_file(out / "checkpoints" / "32"), how)
+    assert go_on(out, "--resume-latest-good") == 0
+    captured = capsys.readouterr()
+    assert "checkpoint 32 is damaged" in captured.err and "at step 30 " in captured.out
+    assert_same_run(out, references("pure_jax"))
+
+
+def test_the_suite_covers_another_framework():
+    """The faults environment installs every framework: the second case must not be skipped."""
+    assert OTHER is not None, f"installed: {INSTALLED}"
