@@ -668,6 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cvae_rosetta.app.train import describe_write_failure
 
         print(f"cvae: error: {describe_write_failure(err, _resume_command)}", file=sys.stderr)
+        files.silence_stderr()  # the failed save's threads may still print as the process ends
         return WRITE_FAILED
     except OSError as err:  # a disk that fills up or turns read-only while a command writes
         where = err.filename or "an output file"

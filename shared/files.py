@@ -29,6 +29,8 @@ import os
 import re
 import secrets
 import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -197,3 +199,42 @@ def _target_of(path: Path) -> Path:
     """The file a temporary of :func:`atomic_write` was to become, or ``path`` itself."""
     temporary = re.fullmatch(r"\.(.+)\.\d+\.[0-9a-f]{8}\.tmp", path.name)
     return path.with_name(temporary.group(1)) if temporary else path
+
+
+@contextlib.contextmanager
+def stderr_held() -> Iterator[None]:
+    """Hold what the block writes to file descriptor 2 (threads and C code included) and write it
+    out after, unless the block fails with a disk error: a library that fails to write (Orbax,
+    TensorStore) logs and prints tracebacks from its threads, which :class:`WriteFailed` sums up
+    in one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failure: BaseException | None = None
+        try:
+            yield
+        except BaseException as err:
+            failure = err
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failure is None or disk_error(failure) is None:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    sys.stderr.flush()
+                    os.write(2, text)
+
+
+def silence_stderr() -> None:
+    """Send file descriptor 2 to the null device: what a failed library's threads still print
+    while the process ends is not the process's to say (only when the process's own stderr is in
+    place, not a test's capture)."""
+    if sys.stderr is sys.__stderr__:
+        sys.stderr.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)

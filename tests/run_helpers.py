@@ -241,10 +241,11 @@ def kill_during_save(args: Sequence[str], run_dir: Path, save: int) -> tuple[int
 
 
 def signal_after_step(
-    args: Sequence[str], run_dir: Path, step: int, sig: int = signal.SIGKILL
+    args: Sequence[str], run_dir: Path, step: int, sig: int = signal.SIGKILL, delay: float = 0.0
 ) -> tuple[int, int, str]:
-    """Run ``args`` in a new process and send ``sig`` as soon as metrics.jsonl holds ``step`` (for
-    a ``--resume``, once the resume has cut it back); exit status, steps lost, stderr."""
+    """Run ``args`` in a new process and send ``sig`` ``delay`` seconds after metrics.jsonl holds
+    ``step`` (for a ``--resume``, once the resume has cut it back); exit status, steps lost,
+    stderr."""
     wanted = resumes(run_dir) + ("--resume" in args)
     process = start(args, run_dir.parent)
     wait_for(
@@ -252,5 +253,6 @@ def signal_after_step(
         lambda: resumes(run_dir) >= wanted and last_recorded_step(run_dir) >= step,
         f"step {step}",
     )
+    time.sleep(delay)
     status, stderr = kill(process, sig)
     return status, lost_steps(run_dir), stderr

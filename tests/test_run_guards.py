@@ -230,6 +230,20 @@ def test_a_disk_error_is_found_however_it_is_wrapped(tmp_path, error):
         assert caught.value.path in (tmp_path, type(tmp_path)("/x/y"))
 
 
+def test_what_a_failed_save_prints_is_held_back_and_anything_else_let_through(capfd):
+    with pytest.raises(OSError), files.stderr_held():
+        os.write(2, b"ERROR:absl: a thread of the save failed\n")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert capfd.readouterr().err == ""
+    with files.stderr_held():
+        os.write(2, b"a warning\n")
+    assert capfd.readouterr().err == "a warning\n"
+    with pytest.raises(KeyError), files.stderr_held():
+        os.write(2, b"what a bug printed\n")
+        raise KeyError("a bug")
+    assert capfd.readouterr().err == "what a bug printed\n"
+
+
 def test_other_errors_pass_unchanged(tmp_path):
     assert files.disk_error(PermissionError(errno.EACCES, "Permission denied")) is None
     with pytest.raises(KeyError), files.writing("the summary", tmp_path):

@@ -604,7 +604,7 @@ class Saver:
         checkpoint = Checkpoint(tree, self.keys, progress, self.config, name, self.data)
         where = self.checkpoints.directory / str(checkpoint.step)
         try:
-            with files.writing(f"checkpoint {checkpoint.step}", where):
+            with files.writing(f"checkpoint {checkpoint.step}", where), files.stderr_held():
                 self.checkpoints.save(checkpoint)
         except files.WriteFailed:
             self.checkpoints.discard_unfinished(checkpoint.step)  # frees what it took
