@@ -190,12 +190,27 @@ def train_step_in_place(
     return metrics
 
 
+# The same step in tree mode (``graph=False``): ``nnx.jit`` and ``nnx.value_and_grad`` take the
+# model and the optimizer as pytrees of their Variables instead of walking them as object graphs
+# (no shared references, no structural changes inside the step); updates to the Variables are
+# still written back to the objects.
+@nnx.jit(static_argnames="config", donate_argnames=("model", "optimizer"), graph=False)
+def train_step_tree_mode(
+    model: CVAE, optimizer: nnx.Optimizer[CVAE], batch: Batch, eps: jax.Array, config: Config
+) -> Metrics:
+    grad_fn = nnx.value_and_grad(loss_fn, has_aux=True, graph=False)
+    (_, metrics), grads = grad_fn(model, batch, eps, config)
+    optimizer.update(model, grads)
+    return metrics
+
+
 # --8<-- [end:train_step]
 
 
 # --8<-- [start:fast_path]
 # ``nnx.jit`` walks the model's and the optimizer's object graph in Python on every call;
-# ``nnx.cached_partial`` caches that walk but still syncs the objects in and out. Split once instead
+# ``nnx.cached_partial`` caches that walk but still syncs the objects in and out; tree mode has no
+# graph to walk but still flattens the objects and writes their Variables back. Split once instead
 # (``state_of``) and write the step over arrays: ``nnx.merge`` rebuilds the model inside the trace,
 # so the graph is walked only while tracing and a call costs what a ``jax.jit`` call costs. It is
 # also the pure, donation-safe step the protocol asks for.
@@ -225,17 +240,18 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 # ``(state, batch, key)`` call: ``label -> make(state) -> (step, carry)``, where
 # ``step(carry, batch, key) -> (carry, metrics)``. The conformance suite checks each against
 # ``train_step``; ``cvae bench`` times each beside the fast path.
-def in_place_path(state: TrainState, *, cached: bool = False):
-    """The stateful step from a protocol state: ``(step, (model, optimizer))``; ``cached`` applies
-    ``nnx.cached_partial`` to the two objects. The model wraps ``state``'s parameter buffers,
-    which the first step donates."""
+def in_place_path(state: TrainState, *, cached: bool = False, tree_mode: bool = False):
+    """The stateful step from a protocol state: ``(step, (model, optimizer))``; ``tree_mode`` runs
+    ``train_step_tree_mode``, ``cached`` applies ``nnx.cached_partial`` (graph mode only) to the
+    two objects. The model wraps ``state``'s parameter buffers, which the first step donates."""
     model, config = state.model, state.config
     optimizer = nnx.Optimizer(model, state.tx, wrt=nnx.Param)
+    jitted = train_step_tree_mode if tree_mode else train_step_in_place
     if cached:
-        cached_step = nnx.cached_partial(train_step_in_place, model, optimizer)
+        cached_step = nnx.cached_partial(jitted, model, optimizer)
         run = lambda batch, eps: cached_step(batch, eps, config)
     else:
-        run = lambda batch, eps: train_step_in_place(model, optimizer, batch, eps, config)
+        run = lambda batch, eps: jitted(model, optimizer, batch, eps, config)
 
     def step(objects, batch: Batch, key: jax.Array):
         return objects, run(batch, noise(key, batch.x.shape[0], config.model.latent_dim))
@@ -246,6 +262,7 @@ def in_place_path(state: TrainState, *, cached: bool = False):
 PATHS = {
     "nnx.jit in place": in_place_path,
     "nnx.cached_partial": functools.partial(in_place_path, cached=True),
+    "nnx.jit tree mode": functools.partial(in_place_path, tree_mode=True),
 }
 # --8<-- [end:paths]
 

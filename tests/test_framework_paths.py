@@ -19,9 +19,10 @@ pytestmark = pytest.mark.needs_flax
 nnx_impl = pytest.importorskip("cvae_rosetta.impls.flax_nnx", reason="Flax is not installed here")
 
 
-@pytest.mark.parametrize("label", ["nnx.jit in place", "nnx.cached_partial"])
+@pytest.mark.parametrize("label", ["nnx.jit in place", "nnx.cached_partial", "nnx.jit tree mode"])
 def test_nnx_in_place_step_equals_the_functional_fast_path(label):
-    """``nnx.jit`` + ``optimizer.update(model, grads)`` in place, against split/merge + jax.jit."""
+    """``nnx.jit`` + ``optimizer.update(model, grads)`` in place (graph mode, cached, tree mode),
+    against split/merge + jax.jit."""
     from flax import nnx
 
     impl = nnx_impl.implementation
