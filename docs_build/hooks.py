@@ -52,7 +52,7 @@ IMPLEMENTATIONS = {
     "equinox": ("Equinox", "impls/equinox_impl.py"),
 }
 SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
-TOUR = ["stateful_layers", "surgery", "scan_layers", "inspect_model"]
+TOUR = ["stateful_layers", "surgery", "scan_layers", "inspect_model", "variables"]
 
 MARKER = re.compile(
     r"^[ \t]*#?[ \t]*-{1,}8<-{1,}[ \t]+\[[ \t]*(start|end)[ \t]*:[ \t]*([-\w]+)[ \t]*\]"

@@ -38,7 +38,9 @@ def load(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["stateful_layers", "surgery", "scan_layers", "inspect_model"])
+@pytest.mark.parametrize(
+    "name", ["stateful_layers", "surgery", "scan_layers", "inspect_model", "variables"]
+)
 def test_every_example_covers_every_implementation_and_runs_as_a_script(name, capsys):
     module = load(name)
     assert list(module.RUNS) == IMPLEMENTATIONS
@@ -98,3 +100,18 @@ def test_inspect_model(style, capsys):
         assert "f32[8,4]" in text  # Equinox's [out, in] weight layout shows
     else:
         assert "4,8" in text.replace(" ", "") or "(4, 8)" in text
+
+
+@pytest.mark.parametrize("style", IMPLEMENTATIONS)
+def test_variables(style):
+    module = load("variables")
+    seen = module.RUNS[style](*module.example_inputs())
+    # The update wrote the checkpoint's parameters: the model's output is now the checkpoint's...
+    assert not jnp.allclose(seen.before_update, seen.expected, atol=1e-3)
+    assert jnp.allclose(seen.after_update, seen.expected, atol=1e-6)
+    # ... and left the count alone: every call counted, before the update and after it.
+    assert seen.calls == module.CALLS == 4
+    # The counting state is picked out by its kind, and the gradient holds the parameters alone:
+    # a kernel of 4 x 2 and a bias of 2, no count.
+    assert seen.count_leaves == 1
+    assert seen.grad_sizes == (2, 8)
