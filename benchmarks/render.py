@@ -6,10 +6,11 @@
 
 The page is generated, never edited by hand: rerun ``cvae bench`` (and ``benchmarks/roof_gap.py``,
 ``benchmarks/data_parallel.py``), then this script. It is the page ``cvae bench`` writes beside its
-``bench.json`` (``shared/bench/report.py``; the plots go to ``--images``), followed by the
+``bench.json`` (``shared/bench/report.py``; the plots go to ``--images``), followed by the Flax
+NNX paths of ``nnx_paths*.json`` (a ``cvae bench --impls pure_jax,flax_nnx`` file), the
 roof-gap experiments of ``roof_gap*.json``, the tables of ``data_parallel*.json`` and those of the
 older ``step_time*.json`` files (the only bfloat16 figures). Without a bench file it renders the
-last three alone.
+others alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # shared/, from a source tree
 
-from cvae_rosetta.bench.results import REFERENCE  # shared/ is importable from here on
+from cvae_rosetta.bench.results import REFERENCE, loaded  # shared/ is importable from here on
 
 FLAT = "pure_jax, flat state"  # the row benchmarks/dispatch.py adds beside the implementations
 
@@ -50,7 +51,8 @@ def render(
 ) -> str:
     """The page: ``bench`` (if it exists) with its plots drawn into ``images``, then every other
     result file of ``results``."""
-    extra = [render_dispatch(path) for path in sorted(results.glob("dispatch*.json"))]
+    extra = [render_nnx_paths(path) for path in sorted(results.glob("nnx_paths*.json"))]
+    extra += [render_dispatch(path) for path in sorted(results.glob("dispatch*.json"))]
     extra += [render_roof_gap(path) for path in sorted(results.glob("roof_gap*.json"))]
     extra += [render_data_parallel(path) for path in sorted(results.glob("data_parallel*.json"))]
     extra += [render_step_time(path) for path in sorted(results.glob("step_time*.json"))]
@@ -103,6 +105,102 @@ def render_step_time(path: Path) -> str:
                 f"{row['max_us']:.0f} | {f'{ratio:.3f}x' if ratio else '-'} |"
             )
     return "\n".join(parts) + "\n"
+
+
+NNX = "flax_nnx"
+NNX_GRAPH = f"{NNX}:nnx.jit in place"  # the labels of its paths in a bench file
+NNX_CACHED = f"{NNX}:nnx.cached_partial"
+NNX_TREE = f"{NNX}:nnx.jit tree mode"
+
+
+def render_nnx_paths(path: Path) -> str:
+    """A ``cvae bench --impls pure_jax,flax_nnx`` file: every way of running Flax NNX's step at
+    every batch size, against pure JAX and against NNX's own fast path, from the same rounds."""
+    data = json.loads(path.read_text())
+    env, settings, load = data["environment"], data["settings"], data["load_average"]
+    batches = sorted((int(b), batch) for b, batch in data["batches"].items())
+    labels = [r["label"] for r in batches[0][1]["paths"] if r["impl"] in (REFERENCE, NNX)]
+    labels = [label for label in labels if not label.startswith(f"{REFERENCE}:")]
+    row = {(b, r["label"]): r for b, batch in batches for r in batch["paths"]}
+    others = (data.get("other_processes_cpu") or {}).get("cores")
+    impls = ",".join(settings["impls"] or (REFERENCE, NNX))
+    lines = [
+        f"## Flax NNX's ways to run the step: `{path.name}`",
+        "",
+        f"A run of its own, `cvae bench --impls {impls}`, on "
+        f"{env['cpu_model']} ({env['cpu_count']} cores), flax {env['versions'].get('flax')}, "
+        f"jax {env['versions']['jax']}; the tables above predate NNX's tree-mode path, and the "
+        "next full `cvae bench` adds its rows to them. NNX's fast path (split once, `nnx.merge` "
+        "inside `jax.jit`) and the three stateful steps of the `paths` section of "
+        "`impls/flax_nnx.py`: `nnx.jit` in graph mode (the default), the same through "
+        "`nnx.cached_partial`, and `nnx.jit(..., graph=False)` (tree mode: the model and the "
+        f"optimizer taken as pytrees of their Variables). {settings['rounds']} rounds interleaved "
+        f"across the paths, K = min({settings['steps']}, {settings['epoch_examples']} / batch) "
+        f"steps a round; 1-minute load {load['start'][0]:.2f} at the start and "
+        f"{load['end'][0]:.2f} at the end"
+        + (f", other processes {others:.2f} cores on average" if others is not None else "")
+        + f" ({data.get('duration_s', 0):.0f} s). Median µs per step, and the ratio to pure JAX's "
+        "step in the same rounds:",
+        "",
+        "| path | " + " | ".join(f"batch {b}" for b, _ in batches) + " |",
+        "|---|" + "---:|" * len(batches),
+    ]
+    for label in labels:
+        cells = [
+            f"{row[b, label]['step_us']['median']:.0f} "
+            f"({row[b, label]['vs_pure_jax']['step_us.median']:.3f}x)"
+            for b, _ in batches
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if loaded(data):
+        lines += [
+            "**Taken on a loaded machine**: other processes competed for the cores, so the "
+            "times here are slower and noisier than on an idle machine; the order of the paths "
+            "and their ratios, from interleaved rounds, suffer less.",
+            "",
+        ]
+    lines += _nnx_findings(batches, row)
+    return "\n".join(lines) + "\n"
+
+
+def _nnx_findings(batches, row) -> list[str]:
+    """What the NNX paths' figures show, in words; every figure is read from the file."""
+    paths = (NNX_GRAPH, NNX_CACHED, NNX_TREE)
+    if not all((b, label) in row for b, _ in batches for label in paths):
+        return []
+    step = {label: {b: row[b, label]["step_us"]["median"] for b, _ in batches} for label in paths}
+    graph, cached, tree = (step[label] for label in paths)
+    extra = {
+        label: {b: row[b, label]["vs_fast"]["extra_us"] for b, _ in batches} for label in paths
+    }
+    small, large = batches[0][0], batches[-1][0]
+    order = all(graph[b] > tree[b] > cached[b] for b, _ in batches)
+    fastest = [
+        row[b, NNX]["step_us"]["min"] / row[b, REFERENCE]["step_us"]["min"] for b, _ in batches
+    ]
+    return [
+        f"**What this shows.** At batch {small} a call costs more than NNX's fast path by "
+        f"{extra[NNX_GRAPH][small]:.0f} µs with `nnx.jit` in graph mode, "
+        f"{extra[NNX_TREE][small]:.0f} µs in tree mode and {extra[NNX_CACHED][small]:.0f} µs "
+        f"through `nnx.cached_partial`. Tree mode's step, against graph mode's: "
+        f"{_verdict(tree[small] / graph[small])}; against the cached one's: "
+        f"{_verdict(tree[small] / cached[small])}. "
+        + (
+            "The order graph mode, tree mode, `nnx.cached_partial`, slowest first, holds at every "
+            "batch size measured. "
+            if order
+            else ""
+        )
+        + "Tree mode needs no cache to keep and no object graph walked, but by Flax's source its "
+        "wrapper still copies the arguments' Variables, snapshots them and writes the changed "
+        f"ones back, in Python, on every call. At batch {large} the three are within "
+        f"{max(row[large, label]['vs_fast']['step_us.median'] for label in paths):.3f}x of the "
+        "fast path, the computation hiding the call. The fast path's fastest rounds are "
+        f"{min(fastest):.3f}x to {max(fastest):.3f}x of pure JAX's: a plain `jax.jit` over "
+        "arrays costs what pure JAX's step costs, and is the way to run NNX in a hot loop.",
+        "",
+    ]
 
 
 def render_dispatch(path: Path) -> str:

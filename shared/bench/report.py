@@ -33,7 +33,9 @@ HOW = {
     "`TrainState` a pytree (with `apply_fn`, `tx` and the config static), so the idiomatic step "
     "is the fast path.",
     "flax_nnx": "`nnx.jit` walks the model's and the optimizer's object graph in Python on every "
-    "call, and `nnx.cached_partial` caches that walk but still syncs the objects in and out. The "
+    "call, and `nnx.cached_partial` caches that walk but still syncs the objects in and out; in "
+    "tree mode (`nnx.jit(..., graph=False)`) there is no graph to walk, but the objects are still "
+    "flattened into their Variables and written back on every call. The "
     "fast path splits the model once (`nnx.split`: a static `GraphDef`, cached per config, and a "
     "`State` of arrays) and `nnx.merge`s it inside the trace, so the graph is walked only while "
     "tracing and a call costs what a `jax.jit` call costs.",
