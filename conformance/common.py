@@ -20,7 +20,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae_rosetta.spec.canonical import layer_sizes
+from cvae_rosetta.conformance.strategies import params_from_seed
 from cvae_rosetta.spec.config import Config, ModelConfig, OptimConfig
 from cvae_rosetta.spec.validation import Batch
 
@@ -52,31 +52,27 @@ def digits(batch_size: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray,
     return xs, cs, Batch(jnp.asarray(x[test]), jnp.asarray(c[test]))
 
 
+def key_bits(key: jax.Array) -> tuple[int, ...]:
+    """A PRNG key's bits, as the seed of a NumPy generator."""
+    return tuple(int(word) for word in np.asarray(jax.random.key_data(key)).ravel())
+
+
 def reference_params(key: jax.Array, model: ModelConfig = MODEL) -> dict:
-    """Canonical parameters drawn by the suite itself (never by an implementation)."""
-    sizes = layer_sizes(model)
-    keys = iter(jax.random.split(key, 2 * sum(len(group) for group in sizes.values())))
-
-    def layer(fan_in, fan_out):
-        return {
-            "kernel": jax.random.normal(next(keys), (fan_in, fan_out)) / np.sqrt(fan_in),
-            # nonzero biases, so a converter that drops or misplaces them is caught
-            "bias": 0.1 * jax.random.normal(next(keys), (fan_out,)),
-        }
-
-    return {
-        "encoder": [layer(*s) for s in sizes["encoder"]],
-        "latent": layer(*sizes["latent"][0]),
-        "decoder": [layer(*s) for s in sizes["decoder"]],
-    }
+    """Canonical parameters drawn by the suite itself (never by an implementation): kernels
+    ``normal / sqrt(fan_in)``, nonzero biases ``0.1 * normal`` (so a converter that drops or
+    misplaces them is caught), drawn with NumPy from the key's bits (in JAX, every new leaf shape
+    would compile a sampler)."""
+    return params_from_seed(key_bits(key), model)
 
 
 def make_batch(key: jax.Array, b: int = B, model: ModelConfig = MODEL) -> Batch:
-    kx, kc = jax.random.split(key)
-    x = jax.random.uniform(kx, (b, model.input_dim))
-    x = x.at[0, :3].set(jnp.array([0.0, 1.0, 0.5]))  # exact 0 and 1 pixels
-    c = jax.random.randint(kc, (b,), 0, model.num_classes)
-    return Batch(x, c)
+    """Uniform pixels with exact 0 and 1 among them, and uniform labels, drawn with NumPy from the
+    key's bits."""
+    rng = np.random.default_rng(key_bits(key))
+    x = rng.random((b, model.input_dim), dtype=np.float32)
+    x[0, :3] = [0.0, 1.0, 0.5]  # exact 0 and 1 pixels
+    c = rng.integers(0, model.num_classes, b, dtype=np.int32)
+    return Batch(jnp.asarray(x), jnp.asarray(c))
 
 
 def spec_noise(key: jax.Array, b: int, latent: int) -> np.ndarray:
@@ -114,12 +110,32 @@ def require(impl, capability: str) -> None:
 
 def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
     """SPEC section 5, built here from the config's fields (not from the shared code)."""
+    return _spec_chain(optim.learning_rate, optim.clip_norm, optim.weight_decay)
+
+
+def _spec_chain(learning_rate, clip_norm, weight_decay) -> optax.GradientTransformation:
     return optax.chain(
-        optax.clip_by_global_norm(optim.clip_norm),
-        optax.adamw(
-            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-        ),
+        optax.clip_by_global_norm(clip_norm),
+        optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=weight_decay),
     )
+
+
+@jax.jit
+def _spec_step(params, grads, opt_state, learning_rate, clip_norm, weight_decay):
+    # the settings are traced values (optax takes them so): one compilation serves every setting
+    tx = _spec_chain(learning_rate, clip_norm, weight_decay)
+    opt_state = tx.init(params) if opt_state is None else opt_state
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+def spec_step(optim: OptimConfig, params, grads, opt_state=None):
+    """One step of the spec's optimiser on ``params`` with the gradients ``grads``, from
+    ``opt_state`` (a fresh state when ``None``): the new parameters and the optimiser state.
+    Compiled once for every setting (op by op, optax would compile every small operation for every
+    leaf shape)."""
+    settings = (optim.learning_rate, optim.clip_norm, optim.weight_decay)
+    return _spec_step(params, grads, opt_state, *(np.float32(v) for v in settings))
 
 
 # --- arrays of its own ----------------------------------------------------------------------------

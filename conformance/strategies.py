@@ -10,6 +10,15 @@ it was given.
 The model sizes are small on purpose: every drawn shape costs a compilation, and a property is about
 the arithmetic, not the width. They include the edge sizes (one label, one latent dimension, one
 feature, one row, layers of width 1), and pixels include exact 0.0 and 1.0.
+
+Everything a compiled program depends on (the model, the number of rows, the loss and the
+optimiser settings, which are static) is drawn in one of two ways. Under the suite's ``ci``
+profile, from a pool of three :class:`Setting` (the edge sizes; a typical small model; a deep and
+uneven one), one per example, shared by every argument of it: a check then compiles its program at
+most three times, however many examples it runs. Under any other profile (``thorough``, a user's
+own) each is drawn freely, within the bounds above. The values (parameters, pixels, labels, keys,
+latents, permutations, the broken inputs) are drawn freely under both. The plugin chooses, through
+:func:`draw_settings_from_pool`.
 """
 
 from __future__ import annotations
@@ -38,12 +47,88 @@ _TINY = float(np.finfo(F32).smallest_subnormal)
 _ABOVE_ONE = float(np.nextafter(F32(1.0), F32(2.0)))
 
 seeds = st.integers(0, 2**32 - 1)
-batch_sizes = st.integers(1, MAX_BATCH)
 
 
 def keys() -> st.SearchStrategy[jax.Array]:
     """PRNG keys, from integer seeds."""
     return seeds.map(jax.random.key)
+
+
+# --- the pool of static settings (under the ``ci`` profile) ---------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """Everything a compiled program of a check depends on, besides the probe: the model, the rows
+    of a batch, beta for each loss kind (``kind`` where a check takes either), the optimiser."""
+
+    name: str
+    model: ModelConfig
+    b: int
+    kind: str
+    betas: dict[str, float] = dataclasses.field(hash=False)
+    optim: OptimConfig
+
+
+POOL: tuple[Setting, ...] = (
+    # one feature, one label, one latent dimension, a layer of width 1, no decoder hidden layer,
+    # one row; the norm clipped on every step
+    Setting(
+        "edges",
+        ModelConfig(input_dim=1, num_classes=1, latent_dim=1, encoder_dims=(1,), decoder_dims=()),
+        b=1,
+        kind="bernoulli",
+        betas={"bernoulli": 1.0, "mse": 0.0},
+        optim=OptimConfig(learning_rate=1e-3, clip_norm=0.05, weight_decay=0.0),
+    ),
+    # every bound reached: 24 pixels, 6 labels, latent 5, width 16, 9 rows; never clipped
+    Setting(
+        "typical",
+        ModelConfig(
+            input_dim=MAX_INPUT_DIM,
+            num_classes=MAX_CLASSES,
+            latent_dim=MAX_LATENT,
+            encoder_dims=(MAX_WIDTH, 8),
+            decoder_dims=(8, MAX_WIDTH),
+        ),
+        b=MAX_BATCH,
+        kind="mse",
+        betas={"bernoulli": 0.0, "mse": 1.0},
+        optim=OptimConfig(learning_rate=1e-2, clip_norm=1e3, weight_decay=0.1),
+    ),
+    # four encoder layers and three decoder hidden layers of uneven widths, beta other than 0 and 1
+    Setting(
+        "deep",
+        ModelConfig(
+            input_dim=13,
+            num_classes=3,
+            latent_dim=2,
+            encoder_dims=(7, 1, 12, 5),
+            decoder_dims=(3, 16, 9),
+        ),
+        b=5,
+        kind="bernoulli",
+        betas={"bernoulli": 2.5, "mse": 0.5},
+        optim=OptimConfig(learning_rate=3e-3, clip_norm=0.5, weight_decay=0.5),
+    ),
+)
+
+_FROM_POOL = [True]
+
+
+def draw_settings_from_pool(pool: bool) -> None:
+    """Draw static settings from :data:`POOL` (``True``, the ``ci`` profile) or freely."""
+    _FROM_POOL[0] = pool
+
+
+# One setting per example, the same for every argument that draws from it.
+_setting = st.shared(st.sampled_from(POOL), key="cvae_rosetta.conformance.strategies.setting")
+
+
+@st.composite
+def batch_sizes(draw) -> int:
+    """Rows of a batch: the example's setting's, or 1 to 9."""
+    return draw(_setting).b if _FROM_POOL[0] else draw(st.integers(1, MAX_BATCH))
 
 
 # --- configurations (SPEC sections 1, 4, 5) -------------------------------------------------------
@@ -55,7 +140,10 @@ def widths(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
 
 @st.composite
 def model_configs(draw) -> ModelConfig:
-    """Small models: 1 to 4 encoder layers, 0 to 3 decoder hidden layers, widths 1 to 16."""
+    """Small models: 1 to 4 encoder layers, 0 to 3 decoder hidden layers, widths 1 to 16 (or the
+    example's setting's)."""
+    if _FROM_POOL[0]:
+        return draw(_setting).model
     return ModelConfig(
         input_dim=draw(st.integers(1, MAX_INPUT_DIM)),
         num_classes=draw(st.integers(1, MAX_CLASSES)),
@@ -72,11 +160,17 @@ def betas() -> st.SearchStrategy[float]:
 
 @st.composite
 def loss_configs(draw, kinds: tuple[str, ...] = LOSS_KINDS) -> LossConfig:
+    if _FROM_POOL[0]:
+        setting = draw(_setting)
+        kind = setting.kind if setting.kind in kinds else kinds[0]
+        return LossConfig(kind=kind, beta=setting.betas[kind])
     return LossConfig(kind=draw(st.sampled_from(kinds)), beta=draw(betas()))
 
 
 @st.composite
 def optim_configs(draw) -> OptimConfig:
+    if _FROM_POOL[0]:
+        return draw(_setting).optim
     return OptimConfig(
         learning_rate=draw(st.sampled_from([1e-4, 1e-3, 3e-3, 1e-2])),
         # small norms clip every step, large ones never do
@@ -110,7 +204,7 @@ def label_arrays(num_classes: int, n: int) -> st.SearchStrategy[np.ndarray]:
 def labels(draw, model: ModelConfig, n: int | None = None) -> jax.Array:
     """``int32[n]`` labels across ``[0, num_classes)``; n drawn from 1 to 9 unless given."""
     if n is None:
-        n = draw(batch_sizes)
+        n = draw(batch_sizes())
     return jnp.asarray(draw(label_arrays(model.num_classes, n)))
 
 
@@ -118,7 +212,7 @@ def labels(draw, model: ModelConfig, n: int | None = None) -> jax.Array:
 def batches(draw, model: ModelConfig, b: int | None = None) -> Batch:
     """A valid batch for ``model``: B rows (drawn from 1 to 9 unless given)."""
     if b is None:
-        b = draw(batch_sizes)
+        b = draw(batch_sizes())
     x = draw(pixel_arrays(b, model.input_dim))
     c = draw(label_arrays(model.num_classes, b))
     return Batch(jnp.asarray(x), jnp.asarray(c))
@@ -134,7 +228,9 @@ def latents(draw, model: ModelConfig, b: int) -> jax.Array:
 # --- canonical parameters (SPEC section 2), drawn by the suite -----------------------------------
 
 
-def params_from_seed(seed: int, model: ModelConfig, scale: float = 1.0) -> Canonical:
+def params_from_seed(
+    seed: int | tuple[int, ...], model: ModelConfig, scale: float = 1.0
+) -> Canonical:
     """Kernels ``scale * normal / sqrt(fan_in)``, biases ``0.1 * scale * normal`` (nonzero, so a
     converter that drops or misplaces them is caught). NumPy, not ``jax.random``: drawing in JAX
     would compile a sampler for every new leaf shape."""
@@ -243,7 +339,7 @@ def _shape(shape: tuple[int, ...]) -> tuple[str, ...]:
 
 @st.composite
 def _valid(draw, model: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
-    b = draw(batch_sizes)
+    b = draw(batch_sizes())
     return draw(pixel_arrays(b, model.input_dim)), draw(label_arrays(model.num_classes, b))
 
 
@@ -406,7 +502,7 @@ def bad_latents(draw, model: ModelConfig) -> BadInput:
     """A ``z`` for ``decode`` broken in one way, with valid labels for its rows (where it has
     rows). The spec's section 7 is about ``x`` and ``c``; for ``z`` only the field and what was
     expected are required."""
-    b = draw(batch_sizes)
+    b = draw(batch_sizes())
     el = model.latent_dim
     c = draw(label_arrays(model.num_classes, b))
     z = draw(hnp.arrays(F32, (b, el), elements=st.floats(-4.0, 4.0, width=32)))

@@ -237,6 +237,70 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
     assert [s["max_examples"] for s in seen if "max_examples" in s] == [10], seen
 
 
+# Counts JAX's persistent-cache hits and records the cache setting during the session and after it.
+CACHE_PROBE = """
+    import json
+
+    import jax
+    import jax.monitoring
+
+    HITS = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: HITS.append(event) if event.endswith("cache_hits") else None
+    )
+
+
+    def pytest_runtest_logreport(report):
+        if report.when == "call":
+            HITS.append("dir:" + str(jax.config.jax_compilation_cache_dir))
+
+
+    def pytest_unconfigure(config):
+        with open("cache.json", "w") as f:
+            json.dump({"events": HITS, "after": jax.config.jax_compilation_cache_dir}, f)
+"""
+
+
+def test_a_repeated_run_reads_its_programs_from_the_compilation_cache(tmp_path):
+    """``--compilation-cache DIR``: the first run writes JAX's persistent cache there, the second
+    reads it; ``off`` uses none; JAX's own setting is back after the session."""
+    write(tmp_path, {"cacheprobe.py": CACHE_PROBE})
+    check = "cvae_rosetta.conformance.test_spec::test_step_traces_once_for_equal_configs"
+    folder = tmp_path / "jax-cache"
+
+    def run(choice: str) -> dict:
+        result = run_pytest(
+            tmp_path,
+            "-p",
+            "cacheprobe",
+            "--impl",
+            "pure_jax",
+            "--compilation-cache",
+            choice,
+            "--pyargs",
+            check,
+        )
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        seen = json.loads((tmp_path / "cache.json").read_text())
+        seen["output"] = result.stdout
+        return seen
+
+    first = run(str(folder))
+    written = sorted(p.name for p in folder.iterdir())
+    assert written, "the first run wrote nothing into the compilation cache"
+    assert f"compilation cache: {folder}" in first["output"], first["output"][-2000:]
+    assert "dir:" + str(folder) in first["events"], first["events"]
+    assert first["after"] is None, "JAX's cache setting was not restored after the session"
+
+    second = run(str(folder))
+    hits = [e for e in second["events"] if e.endswith("cache_hits")]
+    assert hits, f"the second run read nothing from the cache: {second['events']}"
+
+    off = run("off")
+    assert "dir:None" in off["events"] and "compilation cache:" not in off["output"], off
+    assert not [e for e in off["events"] if e.endswith("cache_hits")], off["events"]
+
+
 def test_the_conformance_report_feeds_the_docs_matrix(tmp_path, monkeypatch):
     """The report keeps the fields the docs build reads (``docs_build/hooks.py``)."""
     root = Path(__file__).resolve().parent.parent
