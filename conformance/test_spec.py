@@ -36,6 +36,7 @@ from cvae_rosetta.conformance.common import (
     decode_mistake,
     digits,
     encode_mistake,
+    fresh,
     optimizer_mistakes,
     spec_noise,
     spec_step,
@@ -308,17 +309,36 @@ def test_train_step_matches_reference_update(impl, params, batch, optim):
 
 
 def test_jitted_step_equals_eager_step(impl, params, batch):
+    """The same step compiled and op by op. The two round differently, and Adam's first update
+    ``lr * g / (|g| + eps)`` turns a rounding difference in a gradient entry at float32 noise level
+    (|g| near 1e-6, where eps = 1e-8 still counts) into a visible one: entries whose float64
+    gradient is under 1e-3 of their tensor's largest are held to Adam's bound (they move by at most
+    lr, so the two steps differ by at most 2 lr), every other entry to float32 rounding."""
     key = jax.random.key(14)
+    start = copy_to_host(params)
     eager, m_eager = impl.train_step(impl.from_canonical(params, CONFIG), batch, key)
-    jitted, m_jit = jax.jit(impl.train_step)(impl.from_canonical(params, CONFIG), batch, key)
-    assert_trees_close(
-        impl.to_canonical(jitted),
-        impl.to_canonical(eager),
-        "the jitted step's parameters",
-        rtol=1e-6,
-        atol=1e-7,
-        against="the eager step's",
-    )
+    jitted, m_jit = jax.jit(impl.train_step)(impl.from_canonical(fresh(start), CONFIG), batch, key)
+    eager, jitted = impl.to_canonical(eager), impl.to_canonical(jitted)
+    eps = spec_noise(key, B, MODEL.latent_dim)
+    ref = reference.loss_and_grad(start, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
+    lr = CONFIG.optim.learning_rate
+    for path, g in jax.tree_util.tree_leaves_with_path(ref.grads):
+        name = f"the jitted step's parameters{jax.tree_util.keystr(path)}"
+        got, want = (np.asarray(at_path(t, path), np.float64) for t in (jitted, eager))
+        reliable = np.abs(g) > 1e-3 * np.abs(g).max()
+        assert_close(
+            got[reliable], want[reliable], name, rtol=1e-6, atol=1e-7, against="the eager step's"
+        )
+        if reliable.all():
+            continue
+        assert_close(
+            got[~reliable],
+            want[~reliable],
+            f"{name} (entries of gradients at float32 noise level)",
+            rtol=0,
+            atol=2 * lr * (1 + 1e-4),
+            against="the eager step's",
+        )
     assert_trees_close(
         m_jit, m_eager, "the jitted step's metrics", rtol=1e-6, against="the eager step's"
     )

@@ -69,8 +69,10 @@ def test_the_module_maps_one_example_and_vmap_batches_it():
     assert model.encoder[0].weight.shape == (CONFIG.model.encoder_dims[0], fan_in)  # [out, in]
     mean, logvar = impl.encode(state, batch.x, batch.c)
     s = model.encode(batch.x[0], batch.c[0])  # one example, no batch axis
-    np.testing.assert_allclose(s[: CONFIG.model.latent_dim], mean[0], rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(s[CONFIG.model.latent_dim :], logvar[0], rtol=1e-6, atol=1e-7)
+    # one example against a batch: the same sums in another order, each of up to fan_in products
+    # of about 0.1 to 1 (float32 rounding of a few 1e-7 where they cancel)
+    np.testing.assert_allclose(s[: CONFIG.model.latent_dim], mean[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s[CONFIG.model.latent_dim :], logvar[0], rtol=1e-6, atol=1e-6)
     logits = impl.decode(state, mean, batch.c)
     np.testing.assert_allclose(model.decode(mean[0], batch.c[0]), logits[0], rtol=1e-6, atol=1e-6)
     images = shared_model.reconstruct(impl, state, batch.x, batch.c)

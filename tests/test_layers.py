@@ -31,7 +31,7 @@ ALLOWED = {
     "conformance": {"spec", "files", "conformance"},
     "app": {"spec", "files", "app"},
     "bench": {"spec", "files", "app", "bench"},
-    "cli": {"spec", "app", "bench"},
+    "cli": {"spec", "files", "app", "bench"},
     "__main__": {"cli"},
     "root": set(),
 }
