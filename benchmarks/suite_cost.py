@@ -158,12 +158,9 @@ def table(result: dict) -> str:
 
 
 def render(result: dict, doc: Path = DOC) -> None:
-    text = doc.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{doc}: no {BEGIN} ... {END} markers to write the table between")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{BEGIN}\n{table(result)}\n{END}{tail}")
+    from cvae_rosetta.bench.report import write_between_markers
+
+    write_between_markers(doc, BEGIN, END, table(result))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta.bench.results import FAST, LOADED, OTHERS, REFERENCE, fast_row, loaded, scan_row
+from cvae_rosetta.files import write_text
 
 GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
 WITHIN = 1.03  # an idiomatic path "stops mattering" once it is this close to the fast path
@@ -905,3 +906,15 @@ def _plot_parallel(figure, result):
     axes[0].legend(fontsize=7)
     if data.get("note"):
         figure.suptitle(f"global batch {data['batch_size']}; {data['note']}", fontsize=9)
+
+
+def write_between_markers(doc: Path, begin: str, end: str, text: str) -> None:
+    """Put ``text`` between the marker lines ``begin`` and ``end`` of the page ``doc`` (a
+    generated table in a page written by hand), replacing what stood there; the page is rewritten
+    atomically."""
+    page = doc.read_text()
+    if begin not in page or end not in page:
+        raise SystemExit(f"{doc}: no {begin} ... {end} markers to write the table between")
+    head, rest = page.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    write_text(doc, f"{head}{begin}\n{text}\n{end}{tail}")
