@@ -47,28 +47,88 @@ def test_unknown_name_lists_the_known_ones():
 
 
 def test_missing_module_and_attribute_are_named():
-    with pytest.raises(ImplementationNotFound, match="cannot be imported"):
+    with pytest.raises(ImplementationNotFound, match="cannot be found|no module named"):
         protocol.load("no_such_module_xyz:impl")
-    with pytest.raises(ImplementationNotFound, match="to define 'nothing'"):
+    with pytest.raises(ImplementationNotFound, match="to define 'nothing', got a module without"):
         protocol.load("cvae_rosetta.impls.pure_jax:nothing")
     with pytest.raises(ImplementationNotFound, match="missing: .*train_step"):
         protocol.load("cvae_rosetta.spec.config:Config")
 
 
-def test_an_implementation_outside_the_repo(tmp_path, monkeypatch):
-    """A module anywhere on sys.path that wraps its functions in the protocol loads by path."""
-    package = tmp_path / "outside_pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "mine.py").write_text(
-        textwrap.dedent("""
+@pytest.mark.parametrize(
+    ("source", "spec", "message"),
+    [
+        # a mistyped module: the module itself cannot be found (no word of importing it)
+        (
+            None,
+            "mypkg_xyz.nomod:implementation",
+            "expected an importable module "
+            "'mypkg_xyz.nomod', got no module named 'mypkg_xyz' on sys.path",
+        ),
+        (
+            "",
+            "{pkg}.nomod:implementation",
+            "expected an importable module '{pkg}.nomod', got no "
+            "module named '{pkg}.nomod' on sys.path",
+        ),
+        # the module exists, but something it imports does not
+        (
+            "import not_installed_xyz\n",
+            "{pkg}.mine:implementation",
+            "expected module "
+            "'{pkg}.mine' to import, got ModuleNotFoundError inside it: it needs "
+            "'not_installed_xyz', which is not installed",
+        ),
+        # the module exists, but an import inside it fails
+        (
+            "from json import no_such_name\n",
+            "{pkg}.mine:implementation",
+            "expected module "
+            "'{pkg}.mine' to import, got ImportError inside it: cannot import name 'no_such_name'",
+        ),
+        # the module imports, the attribute is missing
+        (
+            "x = 1\n",
+            "{pkg}.mine:implementation",
+            "expected module '{pkg}.mine' to define "
+            "'implementation', got a module without 'implementation'",
+        ),
+    ],
+    ids=["no-package", "no-module", "missing-dependency", "import-error", "no-attribute"],
+)
+def test_a_broken_target_says_which_part_is_wrong(tmp_path, monkeypatch, source, spec, message):
+    pkg = f"pkg_{tmp_path.name.replace('-', '_')}"
+    if source is not None:
+        outside_package(tmp_path, monkeypatch, pkg, source)
+    with pytest.raises(ImplementationNotFound) as info:
+        protocol.load(spec.format(pkg=pkg))
+    text = str(info.value)
+    assert text.startswith("impl: expected "), text
+    assert message.format(pkg=pkg) in text
+    assert "known but" not in text and "cannot be imported" not in text
+
+
+def outside_package(tmp_path, monkeypatch, package: str, source: str) -> None:
+    """``<package>/mine.py`` holding ``source``, in a folder put on ``sys.path``."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "mine.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def renamed_pure_jax(name: str) -> str:
+    """A module's source that copies pure JAX under another ``name``."""
+    return f"""
         import dataclasses
         from cvae_rosetta.impls import pure_jax
 
-        implementation = dataclasses.replace(pure_jax.implementation, name="mine")
-    """)
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
+        implementation = dataclasses.replace(pure_jax.implementation, name={name!r})
+    """
+
+
+def test_an_implementation_outside_the_repo(tmp_path, monkeypatch):
+    """A module anywhere on sys.path that wraps its functions in the protocol loads by path."""
+    outside_package(tmp_path, monkeypatch, "outside_pkg", renamed_pure_jax("mine"))
     impl = protocol.load("outside_pkg.mine:implementation")
     assert impl.name == "mine"
     sys.modules.pop("outside_pkg.mine", None)

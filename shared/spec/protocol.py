@@ -235,6 +235,40 @@ def known() -> list[ImplInfo]:
     return infos
 
 
+def _names_module(err: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether ``err`` is about ``module_name`` itself (or a package on its way), not about a
+    module that one imports."""
+    missing = err.name or ""
+    return bool(missing) and (module_name == missing or module_name.startswith(missing + "."))
+
+
+def _import(spec: str, module_name: str) -> Any:
+    """The module of an implementation; an error names which of three things went wrong: the
+    module does not exist, it needs a module that is not installed, or importing it failed."""
+    builtin = BUILTIN.get(spec)
+    which = f" (the module of {spec!r})" if spec in _registered() else ""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if _names_module(err, module_name):
+            raise ImplementationNotFound(
+                f"impl: expected an importable module {module_name!r}{which}, got no module "
+                f"named {err.name!r} on sys.path"
+            ) from err
+        hint = ""
+        if builtin and builtin.extra and importlib.util.find_spec(builtin.module) is None:
+            hint = f"; install its framework with: pip install 'cvae-rosetta[{builtin.extra}]'"
+        raise ImplementationNotFound(
+            f"impl: expected module {module_name!r}{which} to import, got ModuleNotFoundError "
+            f"inside it: it needs {err.name!r}, which is not installed{hint}"
+        ) from err
+    except ImportError as err:
+        raise ImplementationNotFound(
+            f"impl: expected module {module_name!r}{which} to import, got ImportError inside "
+            f"it: {err}"
+        ) from err
+
+
 def load(spec: str) -> Implementation:
     """The implementation named ``spec``: a registered short name or ``"module:attribute"``."""
     if not isinstance(spec, str) or not spec:
@@ -250,23 +284,13 @@ def load(spec: str) -> Implementation:
             f"known implementations: {listing}"
         )
     module_name, _, attribute = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        hint = ""
-        builtin = BUILTIN.get(spec)
-        if builtin and builtin.extra and importlib.util.find_spec(builtin.module) is None:
-            hint = (
-                f"; install its framework with: pip install 'cvae-rosetta[{BUILTIN[spec].extra}]'"
-            )
-        raise ImplementationNotFound(
-            f"impl: {spec!r} is known but cannot be imported ({err}){hint}"
-        ) from err
+    module = _import(spec, module_name)
     obj: Any = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ImplementationNotFound(
-                f"impl: expected module {module_name!r} to define {attribute!r}, it does not"
+                f"impl: expected module {module_name!r} to define {attribute!r}, got a module "
+                f"without {part!r} ({getattr(module, '__file__', None) or module_name})"
             )
         obj = getattr(obj, part)
     missing = [m for m in MEMBERS if not hasattr(obj, m)]
