@@ -14,7 +14,7 @@ from cvae_rosetta.app import data
 from cvae_rosetta.spec.config import DataConfig
 from cvae_rosetta.spec.errors import ConfigError, DataError, InputError
 
-ROWS, COLS = 5, 4
+ROWS, COLS = 28, 28  # MNIST's size: other sizes are refused under its names
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -188,12 +188,51 @@ def test_idx_count_and_rank_mismatch(tmp_path):
         data.load_mnist(tmp_path)
     assert str(paths["test_c"]) in str(info.value)
     write_idx(paths["test_c"], np.zeros((10, 1), dtype=np.uint8))
-    with pytest.raises(DataError, match="rank 1"):
+    with pytest.raises(DataError, match="expected a 1-dimensional IDX file"):
         data.load_mnist(tmp_path)
     write_idx(paths["test_c"], np.zeros(10, dtype=np.uint8))
     write_idx(paths["test_x"], np.zeros((10, ROWS + 1, COLS), dtype=np.uint8))
-    with pytest.raises(DataError, match=f"{ROWS}x{COLS}"):
+    with pytest.raises(DataError, match=f"of {ROWS}x{COLS} pixels, got {ROWS + 1}x{COLS}"):
         data.load_mnist(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("part", "rank", "what"),
+    [("train_x", 3, "images, [N, rows, cols]"), ("test_c", 1, "labels, [N]")],
+)
+def test_an_idx_header_claiming_another_rank_says_which_rank_was_expected(
+    tmp_path, part, rank, what
+):
+    """A magic number claiming 9 dimensions: the error names the rank the file must have, not
+    the byte count nine made-up dimensions would need."""
+    paths = write_idx_set(tmp_path, fake_mnist())
+    raw = bytearray(paths[part].read_bytes())
+    raw[3] = 9
+    paths[part].write_bytes(bytes(raw))
+    with pytest.raises(DataError) as info:
+        data.load_mnist(tmp_path)
+    assert str(info.value) == (
+        f"{paths[part]}: expected a {rank}-dimensional IDX file ({what}), got a header claiming "
+        "9 dimensions"
+    )
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+@pytest.mark.parametrize("form", ["idx", "npz-3d", "npz-flat"])
+def test_images_that_are_not_28x28_are_refused(tmp_path, name, form):
+    arrays = fake_mnist()
+    small = np.zeros((10, 20, 20), np.uint8)
+    title = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}[name]
+    if form == "idx":
+        paths = write_idx_set(tmp_path, {**arrays, "test_x": small})
+        field = str(paths["test_x"])
+    else:
+        x = small if form == "npz-3d" else small.reshape(10, 400)
+        _save_npz(tmp_path / data.NPZ_FILES[name], x_test=x)
+        field = f"{tmp_path / data.NPZ_FILES[name]}: x_test"
+    with pytest.raises(DataError) as info:
+        data.load_mnist(tmp_path, name=name)
+    assert str(info.value) == f"{field}: expected {title} images of 28x28 pixels, got 20x20"
 
 
 def test_idx_label_out_of_range_is_refused(tmp_path):
@@ -222,13 +261,13 @@ def test_npz_round_trip_3d_and_flat(tmp_path):
     square = fake_mnist(n_train=6, n_test=3)
     np.savez(
         tmp_path / "fashion_mnist.npz",
-        x_train=np.zeros((6, 9), np.uint8),
+        x_train=np.zeros((6, 784), np.uint8),
         y_train=square["train_c"][:6].astype(np.int64),
-        x_test=np.full((3, 9), 255, np.uint8),
+        x_test=np.full((3, 784), 255, np.uint8),
         y_test=square["test_c"][:3],
     )
     ds = data.load_mnist(tmp_path, name="fashion_mnist")
-    assert ds.image_shape == (3, 3) and ds.train.x.shape == (6, 9)
+    assert ds.image_shape == (28, 28) and ds.train.x.shape == (6, 784)
     assert ds.train.c.dtype == np.int32 and (ds.test.x == 1).all()
 
 

@@ -52,6 +52,11 @@ NPZ_FILES = {"mnist": "mnist.npz", "fashion_mnist": "fashion_mnist.npz"}
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 _TITLES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
+IMAGE_SHAPE = (28, 28)
+"""The image size of MNIST and Fashion-MNIST; other sizes are refused under those names."""
+IDX_RANKS = {"train_x": 3, "train_c": 1, "test_x": 3, "test_c": 1}
+"""How many dimensions each IDX file has: images ``[N, rows, cols]``, labels ``[N]``."""
+_IDX_WHAT = {3: "images, [N, rows, cols]", 1: "labels, [N]"}
 _IDX_UBYTE = 0x08
 _INT32 = np.iinfo(np.int32)
 
@@ -164,8 +169,9 @@ def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> 
 
     Reads the four IDX files of :data:`IDX_FILES` (each plain or ``.gz``) when all are present,
     otherwise ``data_dir / NPZ_FILES[name]``. NPZ images are ``[N, rows, cols]`` or ``[N, D]``
-    with D a perfect square; uint8 images are divided by 255, floating images are taken as
-    already in [0, 1] (and refused if they are not, or are not finite). Labels are integers.
+    with D a perfect square; either way they must be 28x28 pixels (:data:`IMAGE_SHAPE`). uint8
+    images are divided by 255, floating images are taken as already in [0, 1] (and refused if
+    they are not, or are not finite). Labels are integers.
 
     Raises :class:`~cvae_rosetta.spec.errors.ConfigError` when ``data_dir`` is None,
     :class:`~cvae_rosetta.spec.errors.DataError` when the files are missing or malformed (naming
@@ -188,13 +194,15 @@ def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> 
     npz_path = directory / NPZ_FILES[name]
     if all(p is not None for p in idx_paths.values()):
         paths: dict[str, Path] = {k: p for k, p in idx_paths.items() if p is not None}
-        arrays = {part: read_idx(path) for part, path in paths.items()}
+        arrays = {part: read_idx(path, rank=IDX_RANKS[part]) for part, path in paths.items()}
         source = {part: str(path) for part, path in paths.items()}
+        fields = source
         train = _idx_split(arrays["train_x"], arrays["train_c"], paths["train_x"], paths["train_c"])
         test = _idx_split(arrays["test_x"], arrays["test_c"], paths["test_x"], paths["test_c"])
     elif npz_path.is_file():
         train, test = _npz_splits(npz_path)
         source = dict.fromkeys(("train_x", "train_c", "test_x", "test_c"), str(npz_path))
+        fields = {part: f"{npz_path}: {key}" for part, key in zip(IDX_FILES, NPZ_KEYS, strict=True)}
     else:
         found = sorted(str(p.name) for p in idx_paths.values() if p is not None)
         idx_names = ", ".join(IDX_FILES.values())
@@ -205,11 +213,12 @@ def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> 
         )
 
     (train_split, rows, cols), (test_split, t_rows, t_cols) = train, test
-    if (rows, cols) != (t_rows, t_cols):
-        raise DataError(
-            f"{source['test_x']}: expected test images of {rows}x{cols} pixels like the training "
-            f"images, got {t_rows}x{t_cols}"
-        )
+    for part, shape in (("train_x", (rows, cols)), ("test_x", (t_rows, t_cols))):
+        if shape != IMAGE_SHAPE:
+            raise DataError(
+                f"{fields[part]}: expected {title} images of {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]} "
+                f"pixels, got {shape[0]}x{shape[1]}"
+            )
     ds = Dataset(name, train_split, test_split, num_classes=10, image_shape=(rows, cols))
     try:
         check_dataset(ds)
@@ -260,11 +269,12 @@ def synthetic(
 # ----------------------------------------------------------------------------------- IDX / NPZ
 
 
-def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
+def read_idx(path: str | os.PathLike[str], *, rank: int | None = None) -> np.ndarray:
     """An unsigned-byte IDX file (plain, or gzipped when the name ends in ``.gz``) as uint8.
 
     The header is two zero bytes, the type code 0x08, the rank, then one big-endian uint32 per
-    dimension; the file must hold exactly the bytes the dimensions call for. Anything else raises
+    dimension; the rank must be ``rank`` when given (3 for images, 1 for labels), and the file
+    must hold exactly the bytes the dimensions call for. Anything else raises
     :class:`~cvae_rosetta.spec.errors.DataError` naming the file.
     """
     path = Path(path)
@@ -289,6 +299,12 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
         raise DataError(f"{path}: expected IDX type code 0x08 (unsigned byte), got 0x{raw[2]:02x}")
     ndim = raw[3]
     header = 4 + 4 * ndim
+    if rank is not None and ndim != rank:
+        what = f" ({_IDX_WHAT[rank]})" if rank in _IDX_WHAT else ""
+        raise DataError(
+            f"{path}: expected a {rank}-dimensional IDX file{what}, got a header claiming {ndim} "
+            "dimensions"
+        )
     if ndim == 0:
         raise DataError(f"{path}: expected an IDX rank of at least 1, got 0")
     if len(raw) < header:
