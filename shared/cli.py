@@ -65,6 +65,26 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
     "--learning-rate": ("optim", "learning_rate", _number(float), "AdamW learning rate"),
     "--clip-norm": ("optim", "clip_norm", _number(float), "global gradient-norm clip"),
     "--weight-decay": ("optim", "weight_decay", _number(float), "AdamW weight decay"),
+    "--schedule": (
+        "optim",
+        "schedule",
+        str,
+        "learning-rate schedule: constant, cosine (down to --end-learning-rate) or warmup_cosine "
+        "(linear warm-up from 0 over --warmup-steps, then the cosine)",
+    ),
+    "--warmup-steps": ("optim", "warmup_steps", _number(int), "steps of warmup_cosine's warm-up"),
+    "--decay-steps": (
+        "optim",
+        "decay_steps",
+        _number(int),
+        "steps of the whole schedule, warm-up included (none: the run's steps)",
+    ),
+    "--end-learning-rate": (
+        "optim",
+        "end_learning_rate",
+        _number(float),
+        "the rate the cosine ends at",
+    ),
 }
 
 
@@ -78,6 +98,8 @@ OPTION_FLAGS = {
     "keep_checkpoints": "--keep-checkpoints",
     "iw_samples": "--iw-samples",
     "debug_nans": "--debug-nans",
+    "profile_steps": "--profile-steps",
+    "tensorboard": "--tensorboard",
     "latest_good": "--resume-latest-good",
     "workdir": "--out",
     "out": "--out",
@@ -215,6 +237,8 @@ def _options(args: argparse.Namespace) -> Any:
         progress=not args.no_progress,
         overwrite=args.overwrite,
         latest_good=args.resume_latest_good,
+        tensorboard=args.tensorboard,
+        profile_steps=args.profile_steps,
     )
 
 
@@ -365,6 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="check every step with checkify and name the first operation that makes a "
                 "NaN (slower)",
+            )
+            p.add_argument(
+                "--tensorboard",
+                action=argparse.BooleanOptionalAction,
+                default=True,
+                help="write TensorBoard event files into OUT/tb/: scalars per step and per epoch, "
+                "sample and reconstruction grids per epoch (tensorboard --logdir OUT) [on]",
+            )
+            p.add_argument(
+                "--profile-steps",
+                default=None,
+                metavar="A:B",
+                help="trace steps A to B (counted from 1, both included) with jax.profiler into "
+                "OUT/profile/, for TensorBoard's profile plugin or Perfetto",
             )
             _add_distributed_flags(p)
             _add_checkpoint_flags(p)

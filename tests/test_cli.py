@@ -66,6 +66,14 @@ def test_every_config_field_has_a_flag(tmp_path):
         "2",
         "--weight-decay",
         "0.01",
+        "--schedule",
+        "warmup_cosine",
+        "--warmup-steps",
+        "3",
+        "--decay-steps",
+        "20",
+        "--end-learning-rate",
+        "0.0001",
         "--encoder-dims",
         "16,8",
         "--decoder-dims",
@@ -80,7 +88,15 @@ def test_every_config_field_has_a_flag(tmp_path):
     assert run_cli("train", "--out", str(out), *FAST, *args) == 0
     config = json.loads((out / "config.json").read_text())["config"]
     assert config["loss"] == {"kind": "mse", "beta": 0.5}
-    assert config["optim"] == {"learning_rate": 0.002, "clip_norm": 2.0, "weight_decay": 0.01}
+    assert config["optim"] == {
+        "learning_rate": 0.002,
+        "clip_norm": 2.0,
+        "weight_decay": 0.01,
+        "schedule": "warmup_cosine",
+        "warmup_steps": 3,
+        "decay_steps": 20,
+        "end_learning_rate": 0.0001,
+    }
     assert config["model"]["encoder_dims"] == [16, 8] and config["model"]["decoder_dims"] == [8]
     assert config["data"]["remainder"] == "pad" and config["train"]["seed"] == 3
     steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

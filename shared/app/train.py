@@ -15,6 +15,11 @@ the devices, the checkpoints, the pictures, the final parameters and the evaluat
 Errors name config fields (``train.data_parallel``) and :class:`Options` fields
 (``checkpoint_every``); the CLI shows them as its flags.
 
+Beside ``metrics.jsonl``, a run writes TensorBoard event files into ``RUN/tb/`` (scalars per step
+and per epoch, sample and reconstruction grids per epoch; :mod:`cvae_rosetta.app.tensorboard`)
+unless ``Options.tensorboard`` is false, and with ``Options.profile_steps`` ``"A:B"`` a
+``jax.profiler`` trace of steps A to B into ``RUN/profile/``.
+
 Faults a run survives (docs/checkpoints.md): SIGINT and SIGTERM are handled for the whole call,
 start-up and final outputs included (the run stops at a checkpoint; :func:`exit_status` is 130 or
 143); the run directory is locked for its one writer (:class:`~cvae_rosetta.app.rundir.RunLock`);
@@ -35,11 +40,19 @@ from typing import Any
 from cvae_rosetta import files
 from cvae_rosetta.app import checkpoint, evaluate, images, rundir
 from cvae_rosetta.app.data import Dataset
-from cvae_rosetta.app.trainer import RunKeys, TrainResult, check_debug_nans, train
+from cvae_rosetta.app.trainer import (
+    ProfileSteps,
+    RunKeys,
+    TrainResult,
+    check_debug_nans,
+    train,
+)
 from cvae_rosetta.spec import parallel, protocol
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
+TB_DIR = "tb"  # the TensorBoard event files (cvae_rosetta.app.tensorboard)
+PROFILE_DIR = "profile"  # the jax.profiler trace of Options.profile_steps, in the run directory
 STOPPED = 128 + signal.SIGINT  # 130: the exit status of a run stopped by Ctrl-C, checkpointed
 TERMINATED = 128 + signal.SIGTERM  # 143: the same for SIGTERM (a scheduler's preemption)
 
@@ -57,6 +70,8 @@ class Options:
     progress: bool = True  # a progress bar
     overwrite: bool = False  # replace a previous run directory (one with a config.json)
     latest_good: bool = False  # resume: skip damaged newest checkpoints
+    tensorboard: bool = True  # TensorBoard event files in RUN/tb/
+    profile_steps: str | tuple[int, int] | None = None  # "A:B": trace steps A..B into RUN/profile/
 
     def check(self, config: Config) -> Options:
         """Refuse bad options before anything is read or written."""
@@ -65,7 +80,14 @@ class Options:
         )
         evaluate.check_iw_samples(self.iw_samples)
         check_debug_nans(self.debug_nans, config)
+        if not isinstance(self.tensorboard, bool):
+            raise ConfigError(f"tensorboard: expected True or False, got {self.tensorboard!r}")
+        self.profile(Path("."))
         return self
+
+    def profile(self, workdir: Path) -> ProfileSteps | None:
+        """The steps to trace into ``workdir``'s profile directory, if any."""
+        return ProfileSteps.parse(self.profile_steps, Path(workdir) / PROFILE_DIR)
 
 
 @dataclass
@@ -113,7 +135,20 @@ def fit_to_data(config: Config, given: Collection[str] = ()) -> tuple[Config, Da
         model=model.replace(input_dim=dataset.input_dim, num_classes=dataset.num_classes)
     )
     data.check_batch_size(dataset, config.data.batch_size)
-    return config, dataset
+    # a schedule without decay_steps spans the whole run; config.json records the number
+    optim = config.optim.for_run(total_steps(config, dataset))
+    return config.replace(optim=optim), dataset
+
+
+def steps_per_epoch(config: Config, dataset: Dataset) -> int:
+    """Batches of one epoch (``data.remainder``: a partial last batch dropped or padded)."""
+    n, b = len(dataset.train), config.data.batch_size
+    return n // b if config.data.remainder == "drop" else -(-n // b)
+
+
+def total_steps(config: Config, dataset: Dataset) -> int:
+    """The steps of the whole run: ``train.epochs`` epochs."""
+    return config.train.epochs * steps_per_epoch(config, dataset)
 
 
 def start_devices(config: Config, cluster: Any = None) -> None:
@@ -152,6 +187,9 @@ def train_and_evaluate(
         start_devices(config, cluster)
         stop.install()  # again, after jax.distributed took SIGTERM
         config, dataset = fit_to_data(config, given)
+        profile = options.profile(Path(workdir))
+        if profile is not None:
+            profile.check(0, total_steps(config, dataset))
         keys = RunKeys.from_seed(config.train.seed)
         state = impl.init(keys.init, config)
         agree = cluster.agree if cluster is not None else None
@@ -216,6 +254,9 @@ def _resume_locked(
     start_devices(config)
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
     config, dataset = fit_to_data(config, set(changes))
+    profile = options.profile(opened.directory)
+    if profile is not None:
+        profile.check(opened.checkpoint.progress.position.step, total_steps(config, dataset))
     records = opened.check(config, dataset)
     state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
     for step, reason in opened.damaged:
@@ -286,8 +327,19 @@ def _train_into(
     pictures, parameters, summary and evaluation (a signal interrupts those at once: training is
     done and checkpointed, and ``--resume`` writes them)."""
     log = rundir.MetricsLog(out / rundir.METRICS_FILE)
+    board = None
+    if options.tensorboard:
+        from cvae_rosetta.app.tensorboard import TensorBoardLog
+
+        board = TensorBoardLog(out / TB_DIR, impl, dataset, keys, history=history)
     saver = checkpoint.Saver(out, impl, config, keys, dataset, keep=options.keep_checkpoints)
     cadence = _cadence(options, stop, agree)
+
+    def on_record(record: dict[str, Any]) -> None:
+        log(record)
+        if board is not None:
+            board(record)
+
     try:
         result = train(
             impl,
@@ -295,7 +347,7 @@ def _train_into(
             config,
             dataset,
             keys,
-            on_record=log,
+            on_record=on_record,
             progress=options.progress,
             desc=impl.name,
             start=start,
@@ -303,10 +355,14 @@ def _train_into(
             on_checkpoint=saver,
             decide=cadence,
             debug_nans=options.debug_nans,
+            on_epoch=board.pictures if board is not None else None,
+            profile=options.profile(out),
         )
     finally:
         log.close()
         saver.close()
+        if board is not None:
+            board.close()
     outcome = Outcome(out, impl.name, dataset.name, config, result)
     if result.stopped:
         outcome.stopped_by = cadence.stopped_by
@@ -347,18 +403,27 @@ def _write_outputs(
         )
         rundir.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
     outcome.written = [*rundir.RUN_FILES, *rundir.EVALUATION_FILES]
+    outcome.written += [f"{d}/" for d in (TB_DIR, PROFILE_DIR) if (out / d).is_dir()]
 
 
 def describe(outcome: Outcome) -> str:
     """The lines ``cvae train`` prints at the end of a finished run."""
-    final, result = outcome.summary, outcome.result
+    final, result, config = outcome.summary, outcome.result, outcome.config
+    unit = " in nats" if config.loss.kind == "bernoulli" else ""
+    k = outcome.evaluation.get("iw_samples", evaluate.DEFAULT_IW_SAMPLES)
     return "\n".join(
         [
-            f"{outcome.impl} on {outcome.dataset}: {outcome.config.train.epochs} epochs, "
+            f"{outcome.impl} on {outcome.dataset}: {config.train.epochs} epochs, "
             f"{final['step']} steps, {result.steps_per_second:.0f} steps/s, first compile "
             f"{result.compile_seconds:.2f} s",
-            f"  train loss {final['train_loss']:.3f}   test loss {final['test_loss']:.3f} "
-            f"(recon {final['test_recon']:.3f}, kl {final['test_kl']:.3f})",
+            f"  loss = the training objective (recon + beta * kl, beta {config.loss.beta:g}, one "
+            f"posterior sample per example{unit}), last epoch:",
+            f"  train loss {final['train_loss']:.3f} (mean over the epoch's steps)   test loss "
+            f"{final['test_loss']:.3f} (mean over the test split; recon {final['test_recon']:.3f},"
+            f" kl {final['test_kl']:.3f})",
+            f"  bounds on the test split's negative log-likelihood (Bernoulli, in nats; final "
+            f"parameters; beta 1; {k} posterior samples per example): -elbo = recon + kl averaged"
+            f" over the samples; -iwae = the importance-weighted bound, tighter",
             evaluate.describe(outcome.evaluation),
             f"  wrote {outcome.workdir}/: {' '.join(outcome.written)}",
         ]

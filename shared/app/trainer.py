@@ -10,14 +10,19 @@ A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch
 metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
 ``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly the steps it would have
 taken uninterrupted and makes exactly the same records (``shared/app/checkpoint.py``).
+
+A step's record holds its metrics and the learning rate it was taken with (``optim.schedule``).
+``profile`` traces chosen steps with ``jax.profiler`` (:class:`ProfileSteps`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -25,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta.app.data import Dataset, EpochBatches, Split, eval_batches
-from cvae_rosetta.spec import parallel
+from cvae_rosetta.spec import optim, parallel
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
 from cvae_rosetta.spec.protocol import Implementation
@@ -78,6 +83,65 @@ class Progress:
     @classmethod
     def start(cls) -> Progress:
         return cls(Position(0, 0, 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileSteps:
+    """Steps ``first`` to ``last`` (counted from 1 as in ``metrics.jsonl``, both included) traced
+    with ``jax.profiler`` into ``directory`` (``plugins/profile/<time>/*.xplane.pb`` for
+    TensorBoard's profile plugin, and ``perfetto_trace.json.gz`` for https://ui.perfetto.dev).
+    The device is drained before the first and after the last, so the trace holds exactly them."""
+
+    first: int
+    last: int
+    directory: Path
+
+    @classmethod
+    def parse(cls, value: Any, directory: Path) -> ProfileSteps | None:
+        """``"A:B"`` (or ``(A, B)``) as steps ``A..B``; ``None`` for none; refuses anything else
+        with the ``profile_steps`` field named."""
+        if value is None:
+            return None
+        text = ":".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+        first, sep, last = text.partition(":")
+        if sep and first.strip().isdigit() and last.strip().isdigit():
+            a, b = int(first), int(last)
+            if 1 <= a <= b:
+                return cls(a, b, Path(directory))
+        raise ConfigError(
+            "profile_steps: expected FIRST:LAST, whole steps with 1 <= FIRST <= LAST (counted "
+            f"from 1 as in metrics.jsonl, both traced), got {text!r}"
+        )
+
+    def check(self, done: int, total: int) -> None:
+        """Refuse steps outside those the run will take: ``done + 1 .. total``."""
+        if not (done < self.first and self.last <= total):
+            what = "the run's steps" if done == 0 else f"the {total - done} steps the run has left"
+            raise ConfigError(
+                f"profile_steps: expected steps within {done + 1}:{total} ({what}), got "
+                f"'{self.first}:{self.last}'"
+            )
+
+    @contextlib.contextmanager
+    def around(self, step: int, state: Any) -> Iterator[bool]:
+        """Inside the block step ``step`` (counted from 1) is dispatched; it starts the trace
+        before the first step and yields whether the step is traced."""
+        if step == self.first:
+            jax.block_until_ready(state)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+        if not self.first <= step <= self.last:
+            yield False
+            return
+        with jax.profiler.StepTraceAnnotation("train", step_num=step):
+            yield True
+
+    def stop(self, state: Any = None) -> None:
+        """End the trace, after draining the device of ``state``'s computations (none: a run that
+        stops early keeps what was traced so far)."""
+        if state is not None:
+            jax.block_until_ready(state)
+        jax.profiler.stop_trace()
 
 
 @dataclasses.dataclass
@@ -168,6 +232,8 @@ def train(
     on_checkpoint: Callable[[Any, Progress], None] | None = None,
     decide: Callable[[int, bool], tuple[bool, bool]] | None = None,
     debug_nans: bool = False,
+    on_epoch: Callable[[Any, Record], None] | None = None,
+    profile: ProfileSteps | None = None,
 ) -> TrainResult:
     """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``.
 
@@ -188,6 +254,9 @@ def train(
 
     ``debug_nans`` runs every step under ``checkify`` with NaN checks (slower): the first
     operation that produces a NaN is named, with its source line, on the step it happens.
+
+    ``on_epoch(state, record)`` receives the single-device state after each epoch's record (for
+    pictures of the model as it trains). ``profile``: steps to trace (:class:`ProfileSteps`).
     """
     batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
     plan = parallel.Plan.of(config)
@@ -242,6 +311,7 @@ def train(
         fetched = jax.device_get(pending)
         pending.clear()
         base = t - len(fetched)
+        rates = optim.learning_rates(config.optim, np.arange(base + 1, t + 1))
         for j, metrics in enumerate(fetched):
             values = {name: float(metrics[name]) for name in METRICS}
             bad = [f"{name} is {v}" for name, v in values.items() if not math.isfinite(v)]
@@ -254,7 +324,11 @@ def train(
                     f"{base + j} wrote; lower optim.learning_rate or optim.clip_norm, or rerun "
                     "with debug_nans to find the first operation that made it"
                 )
-            record({"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values})
+            rate = float(rates[j])
+            record(
+                {"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values,
+                 "learning_rate": rate}
+            )  # fmt: skip
             done.append(tuple(values[name] for name in METRICS))
 
     def now(epoch: int, batch: int) -> Progress:
@@ -273,6 +347,7 @@ def train(
         )
 
     decide = decide or (lambda t, boundary: (False, False))
+    tracing = False
     try:
         if decide(t, True)[1]:  # stopped while starting: at the checkpoint it starts from
             checkpoint(first.epoch, first.batch)
@@ -285,7 +360,11 @@ def train(
             jax.block_until_ready((xs, cs))
             tick = time.perf_counter()
             for i in range(first.batch if epoch == first.epoch else 0, num_batches):
-                out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
+                if profile is None:
+                    out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
+                else:
+                    with profile.around(t + 1, state) as tracing:
+                        out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
                 if debug_nans:
                     error, out = out
                     if error.get():
@@ -294,6 +373,9 @@ def train(
                 state, metrics = out
                 pending.append(metrics)
                 t += 1
+                if tracing and t == profile.last:
+                    profile.stop((state, metrics))
+                    tracing = False
                 # Checked one step behind, so the device is never idle for it: a non-finite step
                 # stops the run before the next one is even recorded.
                 if len(pending) > 1 and not bool(pending[-2]["finite"]):
@@ -340,6 +422,8 @@ def train(
                 }
             )
             done = []
+            if on_epoch is not None:
+                on_epoch(plan.local_state(state), records[-1])
             save, stop = decide(t, True)
             if save or epoch == epochs - 1:
                 checkpoint(epoch + 1, 0)
@@ -348,5 +432,7 @@ def train(
                 return result(now(epoch + 1, 0), stopped=True)
     finally:
         bar.close()
+        if tracing:  # stopped inside the traced steps: what was traced so far
+            profile.stop()
     end = Position(t, max(first.epoch, epochs), 0)
     return result(Progress(end, (), len(records), train_seconds))

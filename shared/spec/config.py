@@ -20,6 +20,7 @@ LOSS_KINDS = ("bernoulli", "mse")
 DATA_SETS = ("digits", "mnist", "fashion_mnist", "synthetic")
 REMAINDERS = ("drop", "pad")
 DATA_PARALLEL = ("none", "pmap", "sharded", "shard_map")
+SCHEDULES = ("constant", "cosine", "warmup_cosine")
 MAX_SEED = 2**63 - 1
 
 
@@ -129,9 +130,14 @@ class OptimConfig(_Section):
     """SPEC section 5."""
 
     _section = "optim"
-    learning_rate: float = 1e-3
+    learning_rate: float = 1e-3  # the constant rate, or the schedule's peak
     clip_norm: float = 1.0
     weight_decay: float = 0.0
+    # The learning-rate schedule (shared/spec/optim.py): constant, cosine or warmup_cosine.
+    schedule: str = "constant"
+    warmup_steps: int = 0  # warmup_cosine: steps of the linear warm-up from 0
+    decay_steps: int | None = None  # the whole schedule, warm-up included; None: the run's steps
+    end_learning_rate: float = 0.0  # where the cosine ends
 
     def __post_init__(self) -> None:
         lr = _float("optim", "learning_rate", self.learning_rate, positive=True)
@@ -139,6 +145,58 @@ class OptimConfig(_Section):
         _set(self, "clip_norm", _float("optim", "clip_norm", self.clip_norm, positive=True))
         wd = _float("optim", "weight_decay", self.weight_decay, positive=False)
         _set(self, "weight_decay", wd)
+        kind = _choice("optim", "schedule", self.schedule, SCHEDULES)
+        warmup = _int("optim", "warmup_steps", self.warmup_steps, minimum=0)
+        _set(self, "warmup_steps", warmup)
+        if self.decay_steps is not None:
+            _set(self, "decay_steps", _int("optim", "decay_steps", self.decay_steps))
+        end = _float("optim", "end_learning_rate", self.end_learning_rate, positive=False)
+        _set(self, "end_learning_rate", end)
+        if kind == "constant":
+            for name, value, default in (
+                ("warmup_steps", warmup, 0),
+                ("decay_steps", self.decay_steps, None),
+                ("end_learning_rate", end, 0.0),
+            ):
+                if value != default:
+                    raise ConfigError(
+                        f"optim.{name}: expected {default} with optim.schedule constant (choose "
+                        f"cosine or warmup_cosine to schedule the rate), got {value}"
+                    )
+            return
+        if end > lr:
+            raise ConfigError(
+                f"optim.end_learning_rate: expected a number in [0, {lr:g}] (optim.learning_rate, "
+                f"where the cosine starts), got {end:g}"
+            )
+        if kind == "cosine" and warmup:
+            raise ConfigError(
+                f"optim.warmup_steps: expected 0 with optim.schedule cosine (warmup_cosine warms "
+                f"up), got {warmup}"
+            )
+        if kind == "warmup_cosine" and not warmup:
+            raise ConfigError(
+                "optim.warmup_steps: expected an integer >= 1 with optim.schedule warmup_cosine, "
+                "got 0"
+            )
+        self._check_length(self.decay_steps)
+
+    def _check_length(self, steps: int | None, *, what: str = "optim.decay_steps") -> None:
+        if steps is not None and self.warmup_steps >= steps:
+            raise ConfigError(
+                f"optim.warmup_steps: expected fewer than the {steps} steps of the whole schedule "
+                f"({what}; the warm-up is part of it), got {self.warmup_steps}"
+            )
+
+    def for_run(self, total_steps: int) -> OptimConfig:
+        """This config with ``decay_steps`` set to ``total_steps`` (the run's length) where a
+        schedule leaves it unset; what ``config.json`` then records, so a resumed run keeps it."""
+        if self.schedule == "constant" or self.decay_steps is not None:
+            return self
+        self._check_length(
+            total_steps, what="the run's steps: train.epochs times the batches of an epoch"
+        )
+        return self.replace(decay_steps=total_steps)
 
 
 @dataclasses.dataclass(frozen=True)

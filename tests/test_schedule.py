@@ -1,0 +1,211 @@
+"""Learning-rate schedules (``optim.schedule``, ``shared/spec/optim.py``): the config and its
+refusals, the optimiser built once for every implementation, the rate logged per step, and a
+scheduled run killed with SIGKILL and resumed bit for bit (the schedule's counterpart of
+``test_checkpoint.py::test_resume_after_sigkill_mid_epoch_is_bit_identical``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from run_helpers import (
+    TINY,
+    TOTAL,
+    assert_same_run,
+    committed,
+    kill,
+    records,
+    start,
+    tmp_of,
+    wait_for,
+)
+from run_helpers import train as train_cli
+from test_tensorboard import read_events
+
+from cvae_rosetta.cli import main
+from cvae_rosetta.spec.config import Config, OptimConfig
+from cvae_rosetta.spec.errors import ConfigError
+from cvae_rosetta.spec.optim import learning_rates, make_optimizer, schedule
+
+WARMUP = ["--schedule", "warmup_cosine", "--warmup-steps", "5", "--end-learning-rate", "1e-4"]
+
+
+# --- the config ----------------------------------------------------------------------------------
+
+
+def test_constant_is_the_default_and_builds_the_spec_optimizer():
+    optim = Config().optim
+    assert (optim.schedule, optim.warmup_steps, optim.decay_steps) == ("constant", 0, None)
+    assert optim.end_learning_rate == 0.0 and optim.for_run(100) is optim
+    params = {"w": jnp.arange(4.0)}
+    spec = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, 0.9, 0.999, 1e-8))
+    assert jax.tree.structure(make_optimizer(optim).init(params)) == jax.tree.structure(
+        spec.init(params)
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            dict(schedule="linear"),
+            "optim.schedule: expected one of constant, cosine, warmup_cosine",
+        ),
+        (dict(warmup_steps=5), "optim.warmup_steps: expected 0 with optim.schedule constant"),
+        (dict(decay_steps=50), "optim.decay_steps: expected None with optim.schedule constant"),
+        (dict(end_learning_rate=1e-4), "optim.end_learning_rate: expected 0.0 with optim.sche"),
+        (dict(schedule="cosine", warmup_steps=3), "optim.warmup_steps: expected 0 with optim.sc"),
+        (dict(schedule="warmup_cosine"), "optim.warmup_steps: expected an integer >= 1 with op"),
+        (
+            dict(schedule="warmup_cosine", warmup_steps=10, decay_steps=10),
+            "optim.warmup_steps: expected fewer than the 10 steps of the whole schedule",
+        ),
+        (dict(schedule="cosine", decay_steps=0), "optim.decay_steps: expected an integer >= 1"),
+        (dict(schedule="cosine", warmup_steps=-1), "optim.warmup_steps: expected an integer >= 0"),
+        (
+            dict(schedule="cosine", end_learning_rate=0.1),
+            "optim.end_learning_rate: expected a number in [0, 0.001]",
+        ),
+        (dict(schedule="cosine", end_learning_rate=-1.0), "optim.end_learning_rate: expected a"),
+    ],
+)
+def test_bad_schedules_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ConfigError, match="^" + message.replace("[", r"\[").replace("(", r"\(")):
+        OptimConfig(**fields)
+
+
+def test_a_schedule_spans_the_run_unless_told():
+    cosine = OptimConfig(schedule="cosine")
+    assert cosine.for_run(320).decay_steps == 320
+    assert OptimConfig(schedule="cosine", decay_steps=50).for_run(320).decay_steps == 50
+    warm = OptimConfig(schedule="warmup_cosine", warmup_steps=400)
+    with pytest.raises(ConfigError, match=r"^optim.warmup_steps: expected fewer than the 320 "):
+        warm.for_run(320)
+    with pytest.raises(ConfigError, match=r"^optim.decay_steps: expected the schedule's length"):
+        make_optimizer(cosine)
+
+
+# --- the optimiser -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["cosine", "warmup_cosine"])
+def test_the_scheduled_optimizer_is_optax_adamw_with_the_schedule_bit_for_bit(kind):
+    """Its rate comes from Adam's count, so its state is the constant optimiser's (what a
+    checkpoint holds), and its updates are those of ``optax.adamw(schedule)`` exactly."""
+    warmup = 3 if kind == "warmup_cosine" else 0
+    optim = OptimConfig(
+        schedule=kind, warmup_steps=warmup, decay_steps=10, end_learning_rate=1e-4,
+        weight_decay=0.1,
+    )  # fmt: skip
+    ours = make_optimizer(optim)
+    theirs = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(schedule(optim), b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.1),
+    )
+    params = {"w": jnp.linspace(-1.0, 1.0, 7), "b": jnp.ones(3)}
+    constant = make_optimizer(OptimConfig(weight_decay=0.1)).init(params)
+    a, b = ours.init(params), theirs.init(params)
+    assert jax.tree.structure(a) == jax.tree.structure(constant)
+    p, q = params, params
+    for t in range(14):  # past the schedule's end
+        grads = jax.tree.map(lambda x, t=t: jnp.sin(x * (t + 1)) * 3.0, params)
+        u, a = jax.jit(ours.update)(grads, a, p)
+        v, b = jax.jit(theirs.update)(grads, b, q)
+        p, q = optax.apply_updates(p, u), optax.apply_updates(q, v)
+        for key in params:
+            np.testing.assert_array_equal(p[key], q[key], err_msg=f"step {t + 1} {key}")
+    assert make_optimizer(optim) is ours  # built once per config
+
+
+def test_learning_rates_are_the_schedule_at_the_steps_before():
+    optim = OptimConfig(schedule="warmup_cosine", warmup_steps=4, decay_steps=12)
+    want = [float(schedule(optim)(t - 1)) for t in range(1, 15)]
+    np.testing.assert_allclose(learning_rates(optim, np.arange(1, 15)), want, rtol=1e-6)
+    assert learning_rates(optim, [1])[0] == 0.0  # warm-up starts from 0
+    assert learning_rates(OptimConfig(), [1, 2]).tolist() == [np.float32(1e-3)] * 2
+
+
+# --- through the CLI -----------------------------------------------------------------------------
+
+
+def test_a_scheduled_run_logs_its_rate_and_records_its_length(tmp_path):
+    out = tmp_path / "run"
+    assert train_cli(*TINY, *WARMUP, "--out", str(out)) == 0
+    optim = json.loads((out / "config.json").read_text())["config"]["optim"]
+    assert optim["decay_steps"] == TOTAL  # derived from the run's length, recorded
+    steps = [r for r in records(out) if r["event"] == "step"]
+    rates = [r["learning_rate"] for r in steps]
+    want = [float(schedule(OptimConfig(**optim))(t)) for t in range(TOTAL)]
+    np.testing.assert_allclose(rates, want, rtol=1e-6)
+    assert rates[0] == 0.0 and max(rates) == pytest.approx(1e-3) and rates[-1] > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--schedule", "step"], "optim.schedule: expected one of constant, cosine, warmup_cosine"),
+        (["--warmup-steps", "10"], "optim.warmup_steps: expected 0 with --schedule constant"),
+        (["--schedule", "warmup_cosine", "--warmup-steps", "x"], "optim.warmup_steps: expected"),
+        (
+            ["--schedule", "warmup_cosine", "--warmup-steps", "40"],
+            f"optim.warmup_steps: expected fewer than the {TOTAL} steps of the whole schedule",
+        ),
+    ],
+)
+def test_the_cli_refuses_bad_schedules_in_one_line(tmp_path, capsys, flags, error):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cvae: error: {error}") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_a_resume_cannot_change_the_schedule(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train_cli(*TINY, "--epochs", "1", "--out", str(out)) == 0
+    assert train_cli("--resume", str(out), "--schedule", "cosine") == 2
+    assert "optim.schedule" in capsys.readouterr().err
+
+
+# --- killed and resumed --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A scheduled run of 4 epochs in one go."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert train_cli(*TINY, *WARMUP, "--checkpoint-every", "0", "--out", str(out)) == 0
+    return out
+
+
+def test_a_scheduled_run_killed_mid_epoch_resumes_bit_for_bit(reference, tmp_path):
+    """SIGKILL while the third save (step 9, in epoch 2, past the warm-up) sleeps before its
+    commit; the resume from checkpoint 6 (in the warm-up) takes the same rates, makes the same
+    records and ends in the same state, bit for bit; TensorBoard hides the steps the killed run
+    logged past its checkpoint and shows the resumed ones."""
+    out = tmp_path / "killed" / "run"
+    out.parent.mkdir()
+    args = ["train", *TINY, *WARMUP, "--checkpoint-every", "3", "--out", str(out)]
+    process = start(args, out.parent, slow="3:600")
+    wait_for(process, lambda: tmp_of(out / "checkpoints", 9), "the save of step 9")
+    assert kill(process)[0] == -signal.SIGKILL
+    assert committed(out) == [3, 6]
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    assert train_cli("--resume", str(run), "--no-progress", "--iw-samples", "1") == 0
+    assert_same_run(run, reference)
+    rates = [r["learning_rate"] for r in records(run) if r["event"] == "step"]
+    assert rates[:5] == sorted(rates[:5]) and rates[5:] == sorted(rates[5:], reverse=True)
+    scalars, _ = read_events(run / "tb")
+    assert len(list((run / "tb").iterdir())) == 2  # the killed run's file and the resumed one's
+    steps = {r["step"]: r for r in records(run) if r["event"] == "step"}
+    assert sorted(scalars["train/loss"]) == sorted(steps)
+    for step, record in steps.items():
+        assert scalars["train/loss"][step] == np.float32(record["loss"]), step
+        assert scalars["train/learning_rate"][step] == np.float32(record["learning_rate"]), step
