@@ -159,6 +159,45 @@ def test_save_and_restore_keep_every_bit_and_only_the_latest(tmp_path):
             json.loads(path.read_text())
 
 
+def test_orbax_is_used_through_its_current_api_only(tmp_path, caplog):
+    """A save and a restore raise no deprecation of Orbax's: no warning of the kind from its code,
+    no deprecation event (Orbax records one through jax.monitoring when an old API is used), no
+    log line about a deprecated option; and no Orbax class of its internal modules is subclassed."""
+    import warnings
+
+    events: list[str] = []
+
+    def listen(event: str, **_: object) -> None:
+        events.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+            warnings.simplefilter("always")
+            checkpoints = saved(tmp_path, count=3, keep=2)
+            try:
+                assert checkpoints.restore(3).step == 3
+            finally:
+                checkpoints.close()
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    kinds = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+    deprecations = [
+        f"{w.filename}: {w.message}"
+        for w in caught
+        if issubclass(w.category, kinds) and ("orbax" in w.filename or "checkpoint" in w.filename)
+    ]
+    assert deprecations == []
+    assert [e for e in events if "orbax" in e and "deprecat" in e] == []
+    logged = [r.getMessage() for r in caplog.records if "deprecat" in r.getMessage().lower()]
+    assert logged == []
+    ocp, items, args = checkpoint._orbax()
+    for cls in (items, args):
+        bases = [b for b in cls.__mro__[1:] if b.__module__.startswith("orbax")]
+        public = {ocp.CompositeCheckpointHandler, ocp.args.Composite}
+        assert bases[0] in public, f"{cls.__name__} subclasses {bases[0]}, not a public class"
+
+
 @pytest.mark.parametrize("how", ["truncate", "flip", "delete"])
 def test_a_damaged_latest_checkpoint_is_reported_by_step(tmp_path, how):
     checkpoints = saved(tmp_path, count=3, keep=3)

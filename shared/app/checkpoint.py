@@ -22,9 +22,10 @@ parameters, so each is converted with the implementation's own ``to_canonical`` 
 :func:`implementation_state`). A state needs only ``step``, ``params``, ``opt_state`` and
 ``replace(**changes)`` (``dataclasses.replace`` when it has none), as Flax's ``TrainState`` has.
 
-On disk, ``RUN/checkpoints/<step>/`` is one Orbax checkpoint (``CheckpointManager``): the arrays
-(``arrays/``, OCDBT/Zarr), the metadata (``meta/``, JSON) and, written just before Orbax's atomic
-rename commits it, ``cvae_files.json``: the size and SHA-256 of every file in it. A save killed at
+On disk, ``RUN/checkpoints/<step>/`` is one Orbax checkpoint (``ocp.Checkpointer``, Orbax's
+current API only): the arrays (``arrays/``, OCDBT/Zarr), the metadata (``meta/``, JSON) and,
+written by the handler's ``finalize`` just before Orbax's atomic rename commits it,
+``cvae_files.json``: the size and SHA-256 of every file in it. A save killed at
 any point leaves a temporary directory that is never read and the previous checkpoints intact; a
 truncated or altered file is found before anything is read. Only arrays and JSON: no pickle.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -376,16 +378,8 @@ def from_parts(flat: dict[str, np.ndarray], meta: Any, *, source: str) -> Checkp
 
 # --- Orbax ----------------------------------------------------------------------------------------
 
-
-def _orbax():
-    """Orbax, imported on first use (it takes a second or two)."""
-    import orbax.checkpoint as ocp
-    from orbax.checkpoint.path import atomicity
-
-    return ocp, atomicity
-
-
-_ROOTS: set[str] = set()  # checkpoint directories of this process's managers (for the commit hook)
+TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step directory before its commit
+DELETING_SUFFIX = ".cvae-deleting"  # an old checkpoint being removed (renamed first, then deleted)
 _SAVES = [0]  # saves made by this process (for the SLOW_SAVE_ENV test hook)
 
 
@@ -409,77 +403,127 @@ def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
     return table
 
 
-def _commit_class():
-    """Orbax's atomic-rename commit, preceded by writing ``cvae_files.json`` (and, for tests, by
-    the sleep of :data:`SLOW_SAVE_ENV`)."""
-    _, atomicity = _orbax()
+def _before_commit(directory: Path, step: int) -> None:
+    """What the save of ``step`` adds to its temporary ``directory``, every item written and
+    finalised, just before Orbax's atomic rename commits it: ``cvae_files.json`` (and, for tests,
+    the sleep of :data:`SLOW_SAVE_ENV` first)."""
+    slow = _slow_save()
+    if slow is not None and slow[0] == _SAVES[0]:
+        time.sleep(slow[1])
+    table = {"step": step, "files": _file_table(directory)}
+    (directory / FILES).write_text(json.dumps(table, indent=1) + "\n")
 
-    class CommitWithFileTable(atomicity.AtomicRenameTemporaryPath):
-        async def finalize(self, *args: Any, **kwargs: Any) -> Any:
-            final = Path(str(self.get_final()))
-            if str(final.parent) in _ROOTS:  # the step directory itself, not one of its items
-                slow = _slow_save()
-                if slow is not None and slow[0] == _SAVES[0]:
-                    time.sleep(slow[1])
-                tmp = Path(str(self.get()))
-                table = {"step": int(final.name), "files": _file_table(tmp)}
-                (tmp / FILES).write_text(json.dumps(table, indent=1) + "\n")
-            return await super().finalize(*args, **kwargs)
 
-    return CommitWithFileTable
+@functools.cache
+def _orbax() -> tuple[Any, type, type]:
+    """Orbax (imported on first use: it takes a second or two), the handler of a checkpoint's
+    items and the arguments it saves and restores with.
+
+    The handler is Orbax's ``CompositeCheckpointHandler`` (the items ``arrays`` and ``meta``, each
+    in its own directory) with its ``finalize`` extended: Orbax's ``Checkpointer`` calls it on the
+    temporary step directory once every item is written, then commits the directory by an atomic
+    rename, so ``cvae_files.json`` is written inside every committed checkpoint and in none that
+    is not. Orbax finds a handler's arguments by their exact class, so the handler has its own
+    (``ocp.args.Composite`` as they are).
+    """
+    import orbax.checkpoint as ocp
+
+    class Items(ocp.CompositeCheckpointHandler):
+        saving: int | None = None  # the step of the save in progress
+
+        def finalize(self, directory: Any) -> None:
+            super().finalize(directory)
+            if self.saving is not None:
+                _before_commit(Path(str(directory)), self.saving)
+
+    @ocp.args.register_with_handler(Items, for_save=True, for_restore=True)
+    class ItemArgs(ocp.args.Composite):
+        pass
+
+    return ocp, Items, ItemArgs
 
 
 class Checkpoints:
-    """The checkpoints of one run directory, through an Orbax ``CheckpointManager``.
+    """The checkpoints of one run directory: ``<step>/`` each, saved and restored by an Orbax
+    ``Checkpointer`` (atomic: written under ``<step>.orbax-checkpoint-tmp*`` and renamed).
 
-    ``writable``: the manager keeps the latest ``keep`` checkpoints and removes what crashed saves
-    left; otherwise nothing under the directory is changed.
+    ``writable``: after each save only the latest ``keep`` checkpoints are kept, and on opening
+    what crashed saves and removals left is removed; otherwise nothing under the directory is
+    changed.
     """
 
     def __init__(self, directory: Path, *, keep: int = DEFAULT_KEEP, writable: bool = False):
-        ocp, _ = _orbax()
-        from orbax.checkpoint.checkpoint_managers import preservation_policy
-
+        ocp, items, self._args = _orbax()
         self.directory = Path(directory).absolute()
+        self.keep, self.writable = keep, writable
         if writable:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _ROOTS.add(str(self.directory))
+            for leftover in self._leftovers():
+                shutil.rmtree(leftover, ignore_errors=True)
         # In a run of several processes only this one (process 0, the writer) saves: Orbax must
         # not wait for the others at its barriers.
         alone = ocp.options.MultiprocessingOptions(
             primary_host=jax.process_index(), active_processes={jax.process_index()}
         )
         processes = alone if jax.process_count() > 1 else ocp.options.MultiprocessingOptions()
-        options = ocp.CheckpointManagerOptions(
-            create=False,
-            enable_async_checkpointing=False,
-            cleanup_tmp_directories=writable,
-            preservation_policy=preservation_policy.LatestN(keep) if writable else None,
-            temporary_path_class=_commit_class(),
-            multiprocessing_options=processes,
+        registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+        arrays = ocp.handlers.StandardCheckpointHandler(multiprocessing_options=processes)
+        meta = ocp.handlers.JsonCheckpointHandler(multiprocessing_options=processes)
+        registry.add("arrays", ocp.args.StandardSave, arrays)
+        registry.add("arrays", ocp.args.StandardRestore, arrays)
+        registry.add("meta", ocp.args.JsonSave, meta)
+        registry.add("meta", ocp.args.JsonRestore, meta)
+        self._items = items(
+            handler_registry=registry,
+            composite_options=ocp.CompositeOptions(multiprocessing_options=processes),
         )
         self._ocp = ocp
-        self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("arrays", "meta")
-        )
+        self._checkpointer = ocp.Checkpointer(self._items, multiprocessing_options=processes)
+
+    def _leftovers(self) -> list[Path]:
+        return [
+            path
+            for pattern in (f"*{TMP_SUFFIX}*", f"*{DELETING_SUFFIX}")
+            for path in self.directory.glob(pattern)
+        ]
 
     def steps(self) -> list[int]:
-        return sorted(int(s) for s in self._manager.all_steps())
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
 
     def save(self, checkpoint: Checkpoint) -> None:
         ocp = self._ocp
         _SAVES[0] += 1
-        args = ocp.args.Composite(
+        where = self.directory / str(checkpoint.step)
+        if where.exists():
+            raise CheckpointError(
+                f"checkpoint: expected a step without a checkpoint, got {checkpoint.step}, which "
+                f"has one ({where})"
+            )
+        args = self._args(
             arrays=ocp.args.StandardSave(checkpoint.arrays()),
             meta=ocp.args.JsonSave(checkpoint.metadata()),
         )
-        self._manager.save(checkpoint.step, args=args, force=True)
-        self._manager.wait_until_finished()
+        self._items.saving = checkpoint.step
+        try:
+            self._checkpointer.save(where, args=args)
+        finally:
+            self._items.saving = None
+        self._remove_old()
+
+    def _remove_old(self) -> None:
+        """Keep the latest ``keep`` checkpoints (after a commit, so a crash never leaves fewer). A
+        checkpoint is renamed before it is deleted, so one half deleted is never taken for one."""
+        for step in self.steps()[: -self.keep]:
+            doomed = self.directory / f"{step}{DELETING_SUFFIX}"
+            os.replace(self.directory / str(step), doomed)
+            shutil.rmtree(doomed)
 
     def discard_unfinished(self, step: int) -> None:
-        """Remove what a failed save of ``step`` left (never read; Orbax would remove it on the
+        """Remove what a failed save of ``step`` left (never read; it would be removed on the
         next start, this frees the space now)."""
-        for leftover in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+        for leftover in self.directory.glob(f"{step}{TMP_SUFFIX}*"):
             shutil.rmtree(leftover, ignore_errors=True)
 
     def verify_files(self, step: int) -> None:
@@ -527,11 +571,9 @@ class Checkpoints:
         self.verify_files(step)
         source = str(self.directory / str(step))
         try:
-            restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(
-                    arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
-                ),
+            restored = self._checkpointer.restore(
+                self.directory / str(step),
+                args=self._args(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()),
             )
         except Exception as err:  # Orbax and TensorStore raise many kinds; all mean unreadable
             first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
@@ -564,8 +606,7 @@ class Checkpoints:
         raise CheckpointError(f"checkpoint: expected an intact checkpoint, got none ({listing})")
 
     def close(self) -> None:
-        self._manager.close()
-        _ROOTS.discard(str(self.directory))
+        self._checkpointer.close()
 
 
 def checkpoints_of(run_dir: Path) -> Path:
