@@ -10,6 +10,7 @@ reference.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ COLUMNS = [
     ("test_recon", "test recon", "{:.3f}"),
     ("test_kl", "test kl", "{:.3f}"),
     ("neg_iwae", "test -iwae", "{:.3f}"),
-    ("active_units", "active", "{}"),
+    ("active", "active", "{}"),  # active latent units out of the latent size, "2/32"
     ("gen_accuracy", "gen acc", "{:.3f}"),
     ("diversity", "diversity", "{:.2f}"),
     ("steps_per_second", "steps/s", "{:.0f}"),
@@ -51,10 +52,27 @@ COLUMNS = [
 
 @dataclasses.dataclass
 class Outcome:
-    name: str
+    name: str  # the implementation's name, made unique (its folder and its row)
     row: dict[str, Any]
     records: list[dict[str, Any]]
     params: canonical.Canonical
+
+
+def labels(impls: Sequence[Any], specs: Sequence[str]) -> list[str]:
+    """Each implementation's row and folder name: its ``name`` (the spec it was given when it has
+    none), with what a folder name cannot hold replaced by ``_``; a name taken by an earlier
+    entry gets ``-2``, ``-3``, ... (two entries that share a name are both run and both shown)."""
+    taken: list[str] = []
+    for impl, spec in zip(impls, specs, strict=True):
+        name = getattr(impl, "name", None)
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", name if isinstance(name, str) and name else spec)
+        base = base if base.strip(".") else "impl"
+        label, n = base, 1
+        while label in taken:
+            n += 1
+            label = f"{base}-{n}"
+        taken.append(label)
+    return taken
 
 
 def installed_names() -> list[str]:
@@ -102,20 +120,23 @@ def run(
     progress: bool = True,
     iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
 ) -> list[dict[str, Any]]:
-    """Train each implementation in ``names`` into ``out/<name>/``; write the combined outputs.
+    """Train each implementation in ``names`` into ``out/<its name>/`` (see :func:`labels`);
+    write the combined outputs.
 
-    Each folder is a run of its own (``config.json``, ``params.npz``), evaluated with one shared
-    classifier into its ``evaluation.json``; the table shows the evaluation's headline figures.
+    Each folder is a run of its own (``config.json`` naming the implementation as it was given,
+    ``params.npz``), evaluated with one shared classifier into its ``evaluation.json``; the table
+    shows the evaluation's headline figures, a row per implementation by its name.
     """
-    impls = {name: protocol.load(name) for name in names}  # every name resolves before any work
+    loaded = [protocol.load(spec) for spec in names]  # every name resolves before any work
+    impls = dict(zip(labels(loaded, names), zip(names, loaded, strict=True), strict=True))
     keys = RunKeys.from_seed(config.train.seed)
     reference = protocol.load(REFERENCE)
     initial = reference.to_canonical(reference.init(keys.init, config))
-    save_config(out, config, command="compare", impls=names)
+    save_config(out, config, command="compare", impls=names, folders=list(impls))
     classifier = evaluate.fit_classifier(dataset)
 
     outcomes = []
-    for name, impl in impls.items():
+    for name, (spec, impl) in impls.items():
         run_dir = out / name
         run_dir.mkdir()
         log = MetricsLog(run_dir / "metrics.jsonl")
@@ -133,7 +154,7 @@ def run(
         finally:
             log.close()
         write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
-        save_config(run_dir, config, command="compare", impl=name)
+        save_config(run_dir, config, command="compare", impl=spec)
         save_params(run_dir / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
         report = evaluate.evaluate(
             impl,
@@ -149,24 +170,28 @@ def run(
         final = result.final()
         row = {
             "impl": name,
+            "target": spec,
             "train_loss": final["train_loss"],
             **{k: final[k] for k in ("test_loss", "test_recon", "test_kl")},
             "steps_per_second": result.steps_per_second,
             "compile_seconds": result.compile_seconds,
             **evaluate.headline(report),
         }
+        if row.get("active_units") is not None:
+            row["active"] = f"{row['active_units']}/{config.model.latent_dim}"
         outcomes.append(Outcome(name, row, result.records, impl.to_canonical(result.state)))
 
-    base = next((o for o in outcomes if o.name == REFERENCE), outcomes[0])
+    base = next((o for o in outcomes if impls[o.name][1] is reference), outcomes[0])
     for o in outcomes:
         o.row["max_param_diff"] = canonical.max_abs_difference(o.params, base.params)
         o.row["reference"] = base.name
     rows = [o.row for o in outcomes]
 
     curves = {o.name: curves_of(o.records) for o in outcomes}
-    images.metric_panels(
+    images.comparison_curves(
         curves,
         out / "curves.png",
+        reference=base.name,
         title=f"{dataset.name}: {len(rows)} implementations, same initial parameters, same keys",
     )
     images.combine_side_by_side(
@@ -179,12 +204,19 @@ def run(
     return rows
 
 
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: a pipe escaped, so it does not end the cell."""
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    header = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    header = "| " + " | ".join(_cell(h) for _, h, _ in COLUMNS) + " |"
     rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
     body = [
         "| "
-        + " | ".join(fmt.format(r[k]) if r.get(k) is not None else "-" for k, _, fmt in COLUMNS)
+        + " | ".join(
+            _cell(fmt.format(r[k]) if r.get(k) is not None else "-") for k, _, fmt in COLUMNS
+        )
         + " |"
         for r in rows
     ]

@@ -483,7 +483,11 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
         raise ConfigError(f"{directory / 'config.json'}: {err}") from err
     if isinstance(data.get("impls"), list) and "impl" not in data:  # a compare directory
         names = data["impls"]
-        runs = [RunToEvaluate(directory / str(n), str(n), config) for n in names]
+        folders = data.get("folders", names)  # each implementation's folder, by its name
+        runs = [
+            RunToEvaluate(directory / str(f), str(n), config)
+            for f, n in zip(folders, names, strict=True)
+        ]
     elif isinstance(data.get("impl"), str):
         runs = [RunToEvaluate(directory, data["impl"], config)]
     else:

@@ -79,6 +79,8 @@ PANEL_SIZE = (4.8, 3.6)
 """Width and height in inches of one axes panel of a curve figure."""
 LEGEND_WIDTH = 2.0
 """Extra figure width in inches for the legend, right of the panels."""
+COMPARISON_PANEL = (3.4, 2.8)
+"""Width and height in inches of one panel of :func:`comparison_curves`."""
 PANELS_PER_ROW = 3
 """Curve panels per row of a :func:`metric_panels` figure."""
 MARKER_MAX_POINTS = 25
@@ -603,3 +605,99 @@ def metric_panels(
                 )
     panels = [(metric, groups[metric]) for metric in order]
     return _draw_curves(panels, path, title=title, xlabel=xlabel, ylabel=ylabel)
+
+
+def comparison_curves(
+    curves: _Curves,
+    path: str | os.PathLike[str],
+    *,
+    reference: str,
+    metric: str = "loss",
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "nats",
+) -> Path:
+    """Write runs that should agree so that each one can be seen: one column per run.
+
+    The top row draws each run's ``train <metric>`` (solid) and ``test <metric>`` (dashed, with
+    markers) in its own axes and colour, every axes on the same scales, so curves that agree do
+    not hide one another. The bottom row draws, for every run but ``reference``, its difference
+    from ``reference`` at the steps both have (run minus reference, on one shared scale, the
+    largest in the axes' title): what a reader comparing frameworks looks for. ``curves`` is as
+    for :func:`loss_curves`; ``reference`` must be one of its runs. The figure is
+    ``COMPARISON_PANEL`` inches a panel at :data:`CURVE_DPI`.
+    """
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    lines = _check_curves(curves)
+    title = _check_title(title)
+    runs = list(dict.fromkeys(run for run, _, _ in lines))
+    if reference not in runs:
+        raise InputError(
+            f"reference: expected one of {', '.join(map(repr, runs))}, got {reference!r}"
+        )
+    series = {(run, _kind(name)): p for run, name, p in lines if metric_name(name) == metric}
+    palette = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
+    colours = {run: palette[i % len(palette)] for i, run in enumerate(runs)}
+    styles = {"train": ("-", None), "test": ("--", "o")}
+    n_rows = 2 if len(runs) > 1 else 1
+    size = (COMPARISON_PANEL[0] * len(runs), COMPARISON_PANEL[1] * n_rows)
+    figure = Figure(figsize=size, dpi=CURVE_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(n_rows, len(runs), squeeze=False, sharex=True, sharey="row")
+    for column, run in enumerate(runs):
+        top = axes[0, column]
+        for kind, (linestyle, marker) in styles.items():
+            points = series.get((run, kind))
+            if points is not None:
+                top.plot(
+                    *points.T,
+                    color=colours[run],
+                    linestyle=linestyle,
+                    marker=marker,
+                    markersize=4,
+                    linewidth=1.6,
+                    label=f"{kind} {metric}",
+                )
+        top.set_title(run, color=colours[run], fontweight="bold")
+        top.set_ylabel(f"{metric} ({ylabel})" if column == 0 else "")
+        top.grid(True, alpha=0.3)
+        if column == 0:
+            top.legend(frameon=False, fontsize="small")
+        if n_rows == 1:
+            top.set_xlabel(xlabel)
+            continue
+        bottom = axes[1, column]
+        bottom.set_xlabel(xlabel)
+        bottom.set_ylabel(f"{metric} difference ({ylabel})" if column == 0 else "")
+        bottom.grid(True, alpha=0.3)
+        if run == reference:
+            bottom.axhline(0.0, color=colours[run], linewidth=1.6)
+            bottom.set_title(f"the reference: differences\nare from {run}", fontsize="small")
+            continue
+        largest = 0.0
+        for kind, (linestyle, marker) in styles.items():
+            ours, theirs = series.get((run, kind)), series.get((reference, kind))
+            if ours is None or theirs is None:
+                continue
+            steps, mine, base = np.intersect1d(ours[:, 0], theirs[:, 0], return_indices=True)
+            diff = ours[mine, 1] - theirs[base, 1]
+            largest = max(largest, float(np.abs(diff).max(initial=0.0)))
+            bottom.plot(
+                steps,
+                diff,
+                color=colours[run],
+                linestyle=linestyle,
+                marker=marker,
+                markersize=4,
+                linewidth=1.6,
+            )
+        found = f"max |diff| {largest:.1e}" if largest else "identical"
+        bottom.set_title(f"{run} - {reference}: {found}", fontsize="small")
+    if title:
+        figure.suptitle(title)
+    return files.atomic_write(
+        path, lambda handle: figure.savefig(handle, format="png"), parents=True
+    )
