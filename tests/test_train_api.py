@@ -30,7 +30,8 @@ def test_train_and_evaluate_writes_a_whole_run(tmp_path):
     assert outcome.config.model.input_dim == 64  # fitted to the digits
     for name in (*rundir.RUN_FILES, *rundir.EVALUATION_FILES):
         assert (out / name).is_file(), name
-    assert sorted(outcome.written) == sorted((*rundir.RUN_FILES, *rundir.EVALUATION_FILES))
+    files = (*rundir.RUN_FILES, *rundir.EVALUATION_FILES, f"{train.TB_DIR}/")  # TensorBoard's
+    assert sorted(outcome.written) == sorted(files)
     assert (out / rundir.CHECKPOINT_DIR).is_dir()
     summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
     assert summary["step"] == 1437 // 128 == outcome.summary["step"]
