@@ -1,6 +1,7 @@
 """What one call of a fast path costs beyond its computation, at small batch sizes.
 
-    python benchmarks/dispatch.py [--batch-sizes 1,8] [--rounds 7] [--steps 200] [--out FILE]
+    python benchmarks/dispatch.py [--batch-sizes 1,8] [--rounds 7] [--steps 200] [--impls a,b]
+                                  [--configs default,...] [--out FILE]
 
 For every installed implementation's fast path (``jax.jit(impl.train_step, donate_argnums=0)``),
 in one process with rounds interleaved: the step in a Python loop; the same steps as one
@@ -11,7 +12,9 @@ configuration runs in its own process: XLA's defaults, JAX's synchronous CPU dis
 (``JAX_CPU_ENABLE_ASYNC_DISPATCH=false``), and XLA's memory-minimising scheduler instead of the
 concurrency-optimised one (``--xla_cpu_enable_concurrency_optimized_scheduler=false``). Beside
 the implementations, pure JAX's step over a flat parameter vector and its optimiser state
-(``roof_gap.flat_adam``: 5 leaves instead of 56) shows what the number of leaves costs.
+(``roof_gap.flat_adam``: 5 leaves instead of 56) shows what the number of leaves costs. The two
+configurations beside the defaults are XLA:CPU settings; on an accelerator run ``--configs default``
+(the file names the backend and the device).
 """
 
 from __future__ import annotations
@@ -99,13 +102,14 @@ def timers(jax, impl, params, config, data, steps: int) -> dict:
     }
 
 
-def child(batch_sizes: list[int], rounds: int, steps: int) -> dict:
+def child(batch_sizes: list[int], rounds: int, steps: int, impls: str | None = None) -> dict:
     import jax
 
     from cvae_rosetta.bench import harness as bench
     from cvae_rosetta.spec import protocol
 
-    names = [i.name for i in protocol.known() if i.installed]
+    names = impls.split(",") if impls else [i.name for i in protocol.known() if i.installed]
+    names = ["pure_jax", *(n for n in names if n != "pure_jax")]  # the flat state is pure JAX's
     impls = {n: protocol.load(n) for n in names}
     settings = bench.Settings()
     config = bench._config(settings)
@@ -136,7 +140,8 @@ def child(batch_sizes: list[int], rounds: int, steps: int) -> dict:
             us["leaves"] = len(jax.tree.leaves(impl.from_canonical(params, config)))
             rows[name] = us
         out[str(b)] = rows
-    return out
+    device = jax.devices()[0]
+    return {"backend": jax.default_backend(), "device_kind": device.device_kind, "batches": out}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,30 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--impls", default=None, help="comma-separated [every installed one]")
     parser.add_argument("--out", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     if args.child:
-        print("RESULT " + json.dumps(child(sizes, args.rounds, args.steps)))
+        print("RESULT " + json.dumps(child(sizes, args.rounds, args.steps, args.impls)))
         return 0
-    results = {}
+    results, device = {}, {}
     for name in args.configs.split(","):
         env_changes, what = CONFIGS[name]
         env = {**os.environ, **env_changes}
         load = os.getloadavg()[0]
         command = [sys.executable, __file__, "--child", "--batch-sizes", args.batch_sizes]
         command += ["--rounds", str(args.rounds), "--steps", str(args.steps)]
+        command += ["--impls", args.impls] if args.impls else []
         proc = subprocess.run(command, env=env, capture_output=True, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode or not lines:
             print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
             continue
+        measured = json.loads(lines[-1][len("RESULT ") :])
+        device = device or {k: measured[k] for k in ("backend", "device_kind")}
         results[name] = {
             "env": env_changes,
             "what": what,
             "load_average": [load, os.getloadavg()[0]],
-            "batches": json.loads(lines[-1][len("RESULT ") :]),
+            "batches": measured["batches"],
         }
         for b, rows in results[name]["batches"].items():
             for impl, us in rows.items():
@@ -183,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        **device,  # backend and device_kind, as the measuring processes saw them
         "rounds": args.rounds,
         "steps": args.steps,
         "configs": results,

@@ -33,7 +33,9 @@ The other flag sets measure the step, its parts and ``split_condition`` alone an
 ``lax.scan``; ``combined`` and ``combined_scheduler`` put together the flags that helped on their
 own. The default set also profiles the step and the experiments
 (``jax.profiler``) and sums the time of every XLA:CPU thunk by kind: YNNPACK matmul fusions,
-plain XLA dots, elementwise (loop) fusions, the rest.
+plain XLA dots, elementwise (loop) fusions, the rest. The flag sets and the profile are XLA:CPU's:
+on an accelerator run ``--sets default``, which measures the step, its parts and the experiments
+against the roof on that device, unprofiled (the file names the backend and the device).
 Nothing here changes an implementation or the shared optimiser; the experiments are local copies.
 """
 
@@ -131,6 +133,7 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
     from cvae_rosetta.spec.model import noise
     from cvae_rosetta.spec.validation import Batch
 
+    profile = profile and jax.default_backend() == "cpu"  # the profile reads XLA:CPU thunks
     impl = protocol.load("pure_jax")
     config = Config()
     model = config.model
@@ -140,6 +143,7 @@ def child(batch_size: int, rounds: int, steps: int, roof_size: int, items, profi
     key_list = [keys[i] for i in range(steps)]
     eps = noise(key_list[0], batch_size, model.latent_dim)
     programs, timed, out = {}, {}, {"items": {}, "hlo": {}, "compile_s": {}}
+    out["backend"], out["device_kind"] = jax.default_backend(), jax.devices()[0].device_kind
 
     def loop(step, state, args_of):
         def run(state):
@@ -557,8 +561,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from cvae_rosetta.bench.harness import cpu_model
 
+    first = next((results[0] for results in runs.values() if results), {})
     data = {
         "jax": jax.__version__,
+        "backend": first.get("backend"),  # as the measuring processes saw it
+        "device_kind": first.get("device_kind"),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "batch_size": args.batch_size,

@@ -1,14 +1,16 @@
 """Steady-state train-step time of every installed implementation, interleaved in one process.
 
     python benchmarks/step_time.py [--batch-sizes 8,256] [--dtypes float32,bfloat16]
-                                   [--rounds 7] [--steps 200] [--out FILE]
+                                   [--rounds 7] [--steps 200] [--impls a,b] [--out FILE]
 
 Every implementation starts from the same canonical parameters (MNIST-sized model, synthetic data)
 and runs ``jax.jit(impl.train_step, donate_argnums=0)``; extra paths an implementation exposes
 (``implementation.extras["paths"]``: name -> a callable ``make(state) -> (step, state)``) are
 timed beside it. Rounds alternate between implementations so drift hits all alike; each round
 times ``--steps`` steps after ``block_until_ready``, warm-up excluded. The figures are medians over
-rounds, with the spread (min and max), and the ratio to pure JAX measured in the same run.
+rounds, with the spread (min and max), and the ratio to pure JAX measured in the same run. The
+file is written again after every batch size and dtype, so a run stopped early keeps what it
+measured; it names the device (``device_kind``: ``cpu`` or the accelerator's name).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "device_count": jax.device_count(),
         "cpu": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "rounds": args.rounds,
@@ -109,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {label:28s} {row['median_us']:9.1f} us  "
                 f"[{row['min_us']:.1f}, {row['max_us']:.1f}]  {ratio}"
             )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
+        if args.out:  # after every case: a run stopped early keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=2)
     return 0
 
 
