@@ -7,10 +7,11 @@ Each case is one ``pytest --pyargs cvae_rosetta.conformance`` run in a fresh int
 a user would time it (the whole command, start-up and compilation included): the default profile
 on passing implementations, and on single-bug mutants (``cvae_rosetta.conformance.meta_tests.
 broken``) with ``--first-layer`` (the run stops each implementation at its first failing layer)
-until the diagnosis. These run cold (``--compilation-cache off``). Each passing case runs again
-with the persistent compilation cache the plugin uses by default, filled by an unmeasured run
-first: what a repeated run on the same machine costs. Peak memory is the child's maximum resident
-set size. Figures are medians over ``--rounds``.
+until the diagnosis. These run as a first run does: the plugin's persistent compilation cache in
+an empty folder of its own (each module reads back what earlier modules compiled). Each passing
+case also runs without any cache (``--compilation-cache off``) and with a cache filled by an
+unmeasured run first: what a repeated run on the same machine costs. Peak memory is the child's
+maximum resident set size. Figures are medians over ``--rounds``.
 
 ``--render`` rewrites the table in docs/conformance.md between its ``suite-cost`` markers from the
 result file.
@@ -81,47 +82,53 @@ def run_case(target: str, *, first_layer: bool, cache_dir: str | None) -> dict:
     }
 
 
+def run_with_cache(target: str, *, first_layer: bool, cache: str) -> dict:
+    """``cache``: "off" (none), "empty" (a folder of its own, as a first run has) or "warm" (a
+    folder that an unmeasured run of the same case filled first)."""
+    if cache == "off":
+        return run_case(target, first_layer=first_layer, cache_dir=None)
+    with tempfile.TemporaryDirectory() as folder:
+        if cache == "warm":
+            run_case(target, first_layer=first_layer, cache_dir=folder)
+        return run_case(target, first_layer=first_layer, cache_dir=folder)
+
+
 def measure(passing: list[str], bugs: list[str], rounds: int, use_cache: bool) -> dict:
     import jax
 
     cases: list[dict] = []
     load_at_start = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as cache:
-        plan = [(name, "passing", False, None) for name in passing]
-        if use_cache:
-            plan += [(name, "passing, compilation cache warm", False, cache) for name in passing]
-        plan += [
-            (
-                f"cvae_rosetta.conformance.meta_tests.broken:{bug}",
-                "one bug, --first-layer",
-                True,
-                None,
-            )
-            for bug in bugs
-        ]
-        for target, kind, first_layer, cache_dir in plan:
-            if cache_dir is not None:  # a first run fills the cache; the measured ones read it
-                run_case(target, first_layer=first_layer, cache_dir=cache_dir)
-            runs = [
-                run_case(target, first_layer=first_layer, cache_dir=cache_dir)
-                for _ in range(rounds)
-            ]
-            case = {
-                "target": target,
-                "kind": kind,
-                "exit": runs[-1]["exit"],
-                "seconds": statistics.median(r["seconds"] for r in runs),
-                "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
-                "summary": runs[-1]["summary"],
-                "diagnosis": runs[-1]["diagnosis"],
-                "rounds": [r["seconds"] for r in runs],
-            }
-            print(
-                f"{kind:32} {target.rpartition(':')[2]:28} {case['seconds']:7.1f} s "
-                f"{case['peak_rss_gb']:.2f} GB  exit {case['exit']}  {case['summary']}",
-                flush=True,
-            )
-            cases.append(case)
+    plan = [(name, "passing, first run", False, "empty") for name in passing]
+    plan += [(name, "passing, no compilation cache", False, "off") for name in passing]
+    if use_cache:
+        plan += [(name, "passing, compilation cache warm", False, "warm") for name in passing]
+    plan += [
+        (
+            f"cvae_rosetta.conformance.meta_tests.broken:{bug}",
+            "one bug, --first-layer",
+            True,
+            "empty",
+        )
+        for bug in bugs
+    ]
+    for target, kind, first_layer, cache in plan:
+        runs = [run_with_cache(target, first_layer=first_layer, cache=cache) for _ in range(rounds)]
+        case = {
+            "target": target,
+            "kind": kind,
+            "exit": runs[-1]["exit"],
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
+            "summary": runs[-1]["summary"],
+            "diagnosis": runs[-1]["diagnosis"],
+            "rounds": [r["seconds"] for r in runs],
+        }
+        print(
+            f"{kind:32} {target.rpartition(':')[2]:28} {case['seconds']:7.1f} s "
+            f"{case['peak_rss_gb']:.2f} GB  exit {case['exit']}  {case['summary']}",
+            flush=True,
+        )
+        cases.append(case)
     return {
         "schema": 1,
         "machine": {
