@@ -94,8 +94,8 @@ def test_a_run_writes_tensorboard_events_that_match_metrics_jsonl(tmp_path):
     rates = scalars["train/learning_rate"]
     assert rates[1] == np.float32(1e-3) and rates[1] > rates[8] > rates[16] > 0  # cosine
     samples = pictures["samples"][8]
-    # synthetic data: 10 labels of 8 x 8 images, a row each, scaled up (images.default_scale)
-    assert samples.shape == (10 * (80 + 1) + 1, 8 * (80 + 1) + 1, 3)  # grey as RGB
+    # synthetic data: 10 labels of 8 x 8 images, a row each, scaled up to 32 x 32
+    assert samples.shape == (10 * (32 + 1) + 1, 8 * (32 + 1) + 1, 3)  # grey as RGB
     assert [p.name for p in (out / "tb").iterdir()] == [p.name for p in (out / "tb").glob("ev*")]
 
 

@@ -13,7 +13,8 @@ What ``cvae train`` writes there, every value at its step (the x axis of every c
 The events are written synchronously on the training thread (tensorboardX's ``SummaryWriter``
 would queue them to a thread of its own, where a full disk is silent), so a disk error ends the
 run like any other write: :class:`~cvae_rosetta.files.WriteFailed` naming the file. They are
-flushed at every epoch's end and at the close. A resumed run opens a new event file that begins
+flushed (and fsynced, by tensorboardX) at an epoch's end once :data:`FLUSH_SECONDS` have passed
+since the last flush, and at the close. A resumed run opens a new event file that begins
 with TensorBoard's purge marker at its first step, so the steps the interrupted run recorded
 past its checkpoint are hidden, as ``metrics.jsonl`` is cut back to the checkpoint.
 """
@@ -30,7 +31,6 @@ import jax
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import images
 from cvae_rosetta.app.data import Dataset
 from cvae_rosetta.app.trainer import METRICS, Record, RunKeys
 from cvae_rosetta.spec.model import generate, reconstruct
@@ -38,6 +38,8 @@ from cvae_rosetta.spec.model import generate, reconstruct
 SAMPLES_PER_CLASS = 8
 RECONSTRUCTIONS = 16
 COLUMNS = 8  # reconstructions per row pair
+FLUSH_SECONDS = 5.0  # flush (tensorboardX fsyncs) at an epoch's end at most this often
+CELL = 32  # pixels of an image's longer side in the grids (TensorBoard zooms; PNGs stay small)
 
 
 class TensorBoardLog:
@@ -82,6 +84,7 @@ class TensorBoardLog:
                 purge = max(r["step"] for r in history) + 1
                 self._write(purge, session_log=SessionLog(status=SessionLog.START))
             self._writer.flush()
+        self._flushed = time.monotonic()
 
     def _write(self, step: int, **fields: Any) -> None:
         with files.writing("the TensorBoard events", self.path):
@@ -115,7 +118,7 @@ class TensorBoardLog:
         samples = np.asarray(self._generate(state))
         x, c = self._test
         recon = np.asarray(self._reconstruct(state, x, c))
-        scale = images.default_scale(shape)
+        scale = max(1, round(CELL / max(shape)))
         cols = self._columns
         rows = np.asarray(x).reshape(-1, cols, *shape), recon.reshape(-1, cols, *shape)
         pairs = np.stack(rows, axis=1).reshape(-1, cols, *shape)  # original rows above theirs
@@ -125,11 +128,13 @@ class TensorBoardLog:
         ):
             summary = image(tag, tile(grid, scale)[None], dataformats="CHW")
             self._write(record["step"], summary=summary)
-        self.flush()
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self.flush()
 
     def flush(self) -> None:
         with files.writing("the TensorBoard events", self.path):
             self._writer.flush()
+        self._flushed = time.monotonic()
 
     def close(self) -> None:
         with files.writing("the TensorBoard events", self.path):
