@@ -21,7 +21,8 @@ Every part's outcome (done, failed, timed out, skipped for lack of time) is reco
 ``bench_SUFFIX.json`` under ``gpu_run``; a failing part never stops the others. The figures go to
 ``bench_gpu.json`` (the ``cvae bench`` result), ``step_time_gpu.json``, ``dispatch_gpu.json``,
 ``data_parallel_gpu.json`` and ``roof_gap_gpu.json`` (the files those scripts write with
-``--out``), the logs and the suite's reports to ``gpu_logs/``. With ``--smoke-cpu`` the same parts
+``--out``), the logs and the suite's reports to ``gpu_logs/`` beside them (``runs/gpu_logs/``
+when the files go to ``benchmarks/results/``). With ``--smoke-cpu`` the same parts
 run on the CPU at toy sizes and the files are named ``*_smoke.json`` (no figure there means
 anything; it checks that the script still runs).
 
@@ -173,10 +174,11 @@ def run_jobs(jobs: Sequence[Job], limit: float) -> None:
                 job.timed_out = True
                 _signal(proc, job.stop)
             job.seconds = time.monotonic() - started
+        grace = time.monotonic() + GRACE_S  # one grace period for all of them
         for job, proc in zip(jobs, procs, strict=True):
             if job.timed_out:
                 try:
-                    job.rc = proc.wait(timeout=GRACE_S)
+                    job.rc = proc.wait(timeout=max(0.0, grace - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     _signal(proc, signal.SIGKILL)
                     job.rc = proc.wait()
@@ -434,7 +436,7 @@ def _suite_part(run: Run, limit: float) -> dict[str, Any]:
         "-p",
         "no:cacheprovider",
     ]
-    base += ["-q", "-rfE", "--durations=5"]
+    base += ["-q", "-rfE", "--tb=short", "--durations=5"]
     env = run.env(
         XLA_PYTHON_CLIENT_PREALLOCATE="false",  # several sessions share the device
         JAX_ENABLE_COMPILATION_CACHE=None,
@@ -701,7 +703,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
     out.mkdir(parents=True, exist_ok=True)
-    run_logs = out / ("gpu_logs" if mode == "gpu" else "smoke_logs")
+    # the logs beside the files, but never among the results to commit (runs/ is ignored by git)
+    logs_in = ROOT / "runs" if out == (BENCHMARKS / "results").resolve() else out
+    run_logs = logs_in / ("gpu_logs" if mode == "gpu" else "smoke_logs")
     run_logs.mkdir(parents=True, exist_ok=True)
     (run_logs / "preflight.log").write_text((logs / "preflight.log").read_text(errors="replace"))
     device = found["device"]
@@ -713,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"implementations {', '.join(found['implementations'])}",
         flush=True,
     )
-    print(f"writing {out}/ (logs in {run_logs.name}/); budget {budget:.0f} s", flush=True)
+    print(f"writing {out}/ (logs in {run_logs}/); budget {budget:.0f} s", flush=True)
     run = Run(
         mode=mode,
         out=out,
@@ -735,7 +739,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "matmul_precision": found["matmul_precision"],
             "environment_info": found["environment_info"],
             "parts": {
-                "preflight": {"status": "ok", "seconds": round(time.monotonic() - started, 1)}
+                "preflight": {
+                    "what": "the device and the versions",
+                    "status": "ok",
+                    "seconds": round(time.monotonic() - started, 1),
+                }
             },
         },
     )

@@ -22,8 +22,9 @@
 # and writes, into --out, else $GPU_BENCH_OUT, else $OUT, else benchmarks/results/:
 # bench_gpu.json (the cvae bench figures, and under "gpu_run" the device, the versions and every
 # part's outcome: ok, failed, timed out, partial or skipped), step_time_gpu.json,
-# dispatch_gpu.json, data_parallel_gpu.json, roof_gap_gpu.json, and gpu_logs/ (each process's
-# output, the suite's JSON reports). A part that fails or runs out of time is recorded as such and
+# dispatch_gpu.json, data_parallel_gpu.json, roof_gap_gpu.json, and gpu_logs/ beside them
+# (runs/gpu_logs/ when they go to benchmarks/results/): each process's output, the suite's JSON
+# reports. A part that fails or runs out of time is recorded as such and
 # the next one runs. Then `python benchmarks/render.py` puts the figures on docs/performance.md and
 # docs/choosing.md beside the CPU ones.
 #
@@ -54,9 +55,10 @@
 # would take ~17 minutes; so they run side by side, one process per implementation for
 # test_precision, one per implementation for every other check and one for the pairs: 11 processes
 # on 16 cores, each session's memory not preallocated (XLA_PYTHON_CLIENT_PREALLOCATE=false). Its
-# precision and bfloat16 checks come first to finish (they fit the time by a wide margin); the
+# precision and bfloat16 sessions are the short ones (they fit the time by a wide margin); the
 # other checks and the pairs end when the time does, interrupted with SIGINT so that pytest still
-# writes its report, whose counts then say how far each got. The suite sets float32 matmuls to
+# writes its report, whose counts then say how far each got (the figures are recorded per
+# implementation: passed, failed, skipped, whether every check was reached, the first failure). The suite sets float32 matmuls to
 # "highest" precision for its own checks and runs its default hypothesis profile (ci).
 #
 # Options: --install runs pip install ".[all,cuda,test]" first (not counted in the budget);

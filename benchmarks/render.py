@@ -11,6 +11,13 @@ NNX paths of ``nnx_paths*.json`` (a ``cvae bench --impls pure_jax,flax_nnx`` fil
 roof-gap experiments of ``roof_gap*.json``, the tables of ``data_parallel*.json`` and those of the
 older ``step_time*.json`` files (the only bfloat16 figures). Without a bench file it renders the
 others alone.
+
+The GPU's figures, from one run of ``benchmarks/gpu.sh`` (``bench_gpu.json`` and the ``*_gpu.json``
+files it names), are a section of their own beside the CPU's: ratios to pure JAX, per-call
+overhead, compile time, the roof, bfloat16 against float32, the conformance suite on the device.
+Without them the section says that no GPU has been measured and how to measure one. The same
+comparison, shorter, goes between the ``gpu-summary`` markers of ``docs/choosing.md``
+(``--choosing``; by default the ``choosing.md`` beside ``--out``, where there is one).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -51,11 +59,13 @@ def render(
 ) -> str:
     """The page: ``bench`` (if it exists) with its plots drawn into ``images``, then every other
     result file of ``results``."""
-    extra = [render_nnx_paths(path) for path in sorted(results.glob("nnx_paths*.json"))]
-    extra += [render_dispatch(path) for path in sorted(results.glob("dispatch*.json"))]
-    extra += [render_roof_gap(path) for path in sorted(results.glob("roof_gap*.json"))]
-    extra += [render_data_parallel(path) for path in sorted(results.glob("data_parallel*.json"))]
-    extra += [render_step_time(path) for path in sorted(results.glob("step_time*.json"))]
+    cpu = json.loads(bench.read_text()) if bench is not None and bench.is_file() else None
+    extra = [render_gpu(results / GPU_FILE, cpu, results)]
+    extra += [render_nnx_paths(path) for path in _cpu_files(results, "nnx_paths")]
+    extra += [render_dispatch(path) for path in _cpu_files(results, "dispatch")]
+    extra += [render_roof_gap(path) for path in _cpu_files(results, "roof_gap")]
+    extra += [render_data_parallel(path) for path in _cpu_files(results, "data_parallel")]
+    extra += [render_step_time(path) for path in _cpu_files(results, "step_time")]
     if bench is None or not bench.is_file():
         return HEADER + "\n" + "\n".join(extra) + "\n"
     from cvae_rosetta.bench import report as bench_report
@@ -75,6 +85,16 @@ def render(
         generated_by="benchmarks/render.py",
         extra=extra,
     )
+
+
+def _cpu_files(results: Path, stem: str) -> list[Path]:
+    """The result files of one script, but a GPU run's (``*_gpu.json``, rendered in the GPU's
+    section) and a smoke run's (``*_smoke.json``, whose figures mean nothing)."""
+    return [
+        path
+        for path in sorted(results.glob(f"{stem}*.json"))
+        if not path.stem.endswith(("_gpu", "_smoke"))
+    ]
 
 
 def _shown_path(path: Path) -> str:
@@ -216,7 +236,27 @@ def render_dispatch(path: Path) -> str:
         f"`block_until_ready` after every step; {data['rounds']} interleaved rounds of "
         f"{data['steps']} steps, µs per step, each configuration in its own process.",
         "",
+        *_dispatch_tables(data),
     ]
+    lines += _dispatch_findings(data)
+    return "\n".join(lines) + "\n"
+
+
+def _dispatch_text(data: dict) -> list[str]:
+    """A GPU run's ``dispatch.py`` figures: its tables, introduced for the device."""
+    return [
+        f"On {data.get('device_kind', data.get('backend'))}: every fast path in a Python loop, "
+        "as one `lax.scan` (per step), a jitted identity over the same train state (donated: "
+        "what handing this state to `jax.jit` and back costs) and the loop with "
+        f"`block_until_ready` after every step; {data['rounds']} interleaved rounds of "
+        f"{data['steps']} steps, µs per step.",
+        "",
+        *_dispatch_tables(data),
+    ]
+
+
+def _dispatch_tables(data: dict) -> list[str]:
+    lines = []
     for name, config in data["configs"].items():
         load = config.get("load_average") or [None, None]
         for b, rows in config["batches"].items():
@@ -235,8 +275,7 @@ def render_dispatch(path: Path) -> str:
                 ),
                 "",
             ]
-    lines += _dispatch_findings(data)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _verdict(ratio: float, *, what: str = "") -> str:
@@ -553,12 +592,418 @@ def render_data_parallel(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- the GPU -------------------------------------------------------------------------------------
+
+GPU_FILE = "bench_gpu.json"
+GPU_HEADING = "## On a GPU"
+CHOOSING_BEGIN = "<!-- gpu-summary:begin -->"
+CHOOSING_END = "<!-- gpu-summary:end -->"
+HOW_TO_MEASURE = (
+    'on a machine with an NVIDIA GPU, `pip install ".[all,cuda,test]"`, then '
+    "`benchmarks/gpu.sh` (at most 8 minutes; it writes `bench_gpu.json` and the other "
+    "`*_gpu.json` files into `benchmarks/results/`), then `python benchmarks/render.py`"
+)
+NOT_MEASURED = (
+    f"{GPU_HEADING}\n\n"
+    "**Not measured yet.** No GPU run is in `benchmarks/results/` (no `bench_gpu.json`), so every "
+    "figure on this page is from the CPU named above; nothing here says how these styles compare "
+    f"on a GPU. To measure one: {HOW_TO_MEASURE}. This section then shows the GPU's figures "
+    "beside the CPU's: the ratios to pure JAX, the per-call overhead, compile time, the roof, "
+    "bfloat16 against float32 and the conformance suite on the device.\n"
+)
+
+
+def _read(path: Path | None) -> dict | None:
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _gpu_part_file(directory: Path, run: dict, part: str, default: str) -> dict | None:
+    """The figures a part of the GPU run wrote, by the file name its record gives."""
+    entry = (run.get("parts") or {}).get(part) or {}
+    return _read(directory / entry.get("file", default))
+
+
+def _fast_rows(data: dict | None) -> dict[int, dict[str, dict]]:
+    """``batch -> label -> row`` of every path shown (a fast path that is also its framework's
+    idiomatic path once), from a ``cvae bench`` result."""
+    if not data or not data.get("batches"):
+        return {}
+    return {
+        int(b): {r["label"]: r for r in batch["paths"] if not r.get("same_as_fast")}
+        for b, batch in data["batches"].items()
+    }
+
+
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None) -> str:
+    """The GPU's section: from ``bench_gpu.json`` (the ``cvae bench`` figures and the run's record)
+    and the ``*_gpu.json`` files it names, beside the CPU's ``cpu`` bench result; without the
+    file, that no GPU has been measured and how to measure one."""
+    data = _read(path)
+    if not data or "gpu_run" not in data:
+        return NOT_MEASURED
+    run, directory = data["gpu_run"], path.parent
+    lines = [GPU_HEADING, "", *_gpu_conditions(data, run), ""]
+    lines += _gpu_suite(run)
+    gpu_rows, cpu_rows = _fast_rows(data), _fast_rows(cpu)
+    if gpu_rows:
+        lines += _gpu_step_time(gpu_rows, cpu_rows)
+        lines += _gpu_overhead(gpu_rows, cpu_rows)
+        lines += _gpu_compile(gpu_rows, cpu_rows)
+        lines += _gpu_roof(data)
+    else:
+        lines += ["`cvae bench` gave no figures in this run (see the parts above).", ""]
+    dispatch = _gpu_part_file(directory, run, "dispatch", "dispatch_gpu.json")
+    if dispatch and dispatch.get("configs"):
+        lines += ["### What a call costs, by `benchmarks/dispatch.py`", ""]
+        lines += _dispatch_text(dispatch)
+    roof = _gpu_part_file(directory, run, "roof", "roof_gap_gpu.json")
+    base = (roof or {}).get("sets", {}).get("default")
+    if base:
+        lines += [
+            f"### The step and its parts against the roof, by `benchmarks/roof_gap.py` "
+            f"(batch {roof['batch_size']}, a {roof['roof_size']}x{roof['roof_size']} f32 matmul "
+            "as the roof)",
+            "",
+            *_parts_table(base),
+        ]
+    steps = _gpu_part_file(directory, run, "bf16", "step_time_gpu.json")
+    cpu_steps = _read((results or directory) / "step_time_cpu.json")
+    if steps and steps.get("batches"):
+        lines += _gpu_bf16(steps, cpu_steps)
+    parallel = _gpu_part_file(directory, run, "data_parallel", "data_parallel_gpu.json")
+    if parallel and parallel.get("rows"):
+        name = ((run.get("parts") or {}).get("data_parallel") or {}).get("file", "")
+        text = render_data_parallel(directory / name) if name else ""
+        lines += [re.sub(r"^(#+) ", r"#\1 ", text, flags=re.MULTILINE).rstrip(), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _gpu_conditions(data: dict, run: dict) -> list[str]:
+    device, versions, host = run["device"], run.get("versions") or {}, run.get("host") or {}
+    memory = device.get("memory_bytes")
+    frameworks = ", ".join(
+        f"{name} {versions[name]}"
+        for name in ("flax", "dm-haiku", "equinox", "optax")
+        if versions.get(name)
+    )
+    parts = run.get("parts") or {}
+    rows = [
+        f"| {name} | {entry.get('what', '')} | {entry.get('status', '-')} | "
+        f"{_s(entry.get('seconds'))} | {_s(entry.get('limit_s'))} |"
+        for name, entry in parts.items()
+    ]
+    return [
+        f"Measured by `benchmarks/gpu.sh` ({run.get('mode', 'gpu')} run, "
+        f"`{GPU_FILE}` and the files it names) on **{device['kind']}** "
+        f"({device['count']} device(s)"
+        + (f", {memory / 2**30:.0f} GiB usable" if memory else "")
+        + ")"
+        + (f", `nvidia-smi`: {run['nvidia_smi']}" if run.get("nvidia_smi") else "")
+        + f"; jax {versions.get('jax')}, jaxlib {versions.get('jaxlib')}, "
+        f"jax-cuda12-plugin {versions.get('jax-cuda12-plugin')}, {frameworks}; host "
+        f"{host.get('cpu_model')} ({host.get('cpu_count')} cores); started "
+        f"{run.get('started')}, {_s(run.get('duration_s'))} s of a {_s(run.get('budget_s'))} s "
+        "budget. Matmuls at JAX's default precision, the same for the steps and the roof (the "
+        "conformance suite sets float32 matmuls to `highest` for its own checks). Every figure "
+        "below is read from those files; each ratio compares figures of one process.",
+        "",
+        "| part | what | outcome | seconds | limit s |",
+        "|---|---|---|---:|---:|",
+        *rows,
+    ]
+
+
+def _s(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _gpu_suite(run: dict) -> list[str]:
+    suite = (run.get("parts") or {}).get("suite") or {}
+    lines = ["### The conformance suite on the GPU", ""]
+    impls = suite.get("implementations")
+    if not impls:
+        why = suite.get("reason") or suite.get("error") or suite.get("status") or "not run"
+        return [*lines, f"Not measured in this run ({why}).", ""]
+    statuses = ("passed", "failed", "skipped", "not applicable")
+    lines += [
+        "`pytest --pyargs cvae_rosetta.conformance --impl NAME` on the device, default profile; "
+        "each implementation in two sessions side by side (its precision and bfloat16 checks, "
+        "`test_precision`, and every other check), the pairs of implementations in one more. "
+        "A session the time limit stopped counts only the checks it reached.",
+        "",
+        "| implementation | " + " | ".join(statuses) + " | every check reached | first failure |",
+        "|---|" + "---:|" * len(statuses) + "---|---|",
+    ]
+    for impl, entry in impls.items():
+        counts = entry.get("counts") or {}
+        found = entry.get("diagnosis")
+        first = (
+            f"layer `{found.get('layer')}`: `{str(found.get('check', '')).rpartition('::')[2]}`"
+            if isinstance(found, dict)
+            else "-"
+        )
+        lines.append(
+            f"| {impl} | "
+            + " | ".join(str(counts.get(s, 0)) for s in statuses)
+            + f" | {'yes' if entry.get('complete') else 'no'} | {first} |"
+        )
+    for process in suite.get("processes", []):
+        if process.get("name") == "suite_pairwise":
+            lines += [
+                "",
+                f"The pairs (`-m pairwise`, {process['impl']}): {process['status']}"
+                + (f", {process['summary']}" if process.get("summary") else "")
+                + ".",
+            ]
+    return [*lines, ""]
+
+
+def _common(gpu_rows: dict, cpu_rows: dict) -> list[int]:
+    return sorted(set(gpu_rows) & set(cpu_rows))
+
+
+def _gpu_step_time(gpu_rows: dict, cpu_rows: dict) -> list[str]:
+    batches = sorted(gpu_rows)
+    labels = list(gpu_rows[batches[0]])
+    lines = [
+        "### Step time against pure JAX",
+        "",
+        "Median µs per step on the GPU, and the ratio to pure JAX's step in the same rounds:",
+        "",
+        "| path | " + " | ".join(f"batch {b}" for b in batches) + " |",
+        "|---|" + "---:|" * len(batches),
+    ]
+    for label in labels:
+        cells = [
+            f"{row['step_us']['median']:.0f} ({_x(row['vs_pure_jax']['step_us.median'])})"
+            if (row := gpu_rows[b].get(label))
+            else "-"
+            for b in batches
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    common = _common(gpu_rows, cpu_rows)
+    if common:
+        lines += [
+            "",
+            "Beside the CPU's figures above, at the batch sizes both measured: the ratio to pure "
+            "JAX on the CPU and on the GPU, and how many times faster the GPU runs the step:",
+            "",
+            "| path | "
+            + " | ".join(f"batch {b}: CPU → GPU ratio, speed-up" for b in common)
+            + " |",
+            "|---|" + "---:|" * len(common),
+        ]
+        for label in labels:
+            cells = []
+            for b in common:
+                g, c = gpu_rows[b].get(label), cpu_rows[b].get(label)
+                if not g or not c:
+                    cells.append("-")
+                    continue
+                speedup = c["step_us"]["median"] / g["step_us"]["median"]
+                cells.append(
+                    f"{_x(c['vs_pure_jax']['step_us.median'])} → "
+                    f"{_x(g['vs_pure_jax']['step_us.median'])}, {speedup:.1f}x"
+                )
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _gpu_overhead(gpu_rows: dict, cpu_rows: dict) -> list[str]:
+    b = min(gpu_rows)
+    cpu_at = cpu_rows.get(b, {})
+    fast = [r for r in gpu_rows[b].values() if r.get("kind") == "fast"]
+    lines = [
+        "### Per-call overhead",
+        "",
+        f"At batch {b}: an empty step over the same train state (a jitted function that takes "
+        "and hands back what the step does, computing nothing: what one call costs), and the "
+        "step in a Python loop minus the same steps as one `lax.scan`; µs:",
+        "",
+        "| fast path | empty step, GPU | empty step, CPU | loop minus scan, GPU | "
+        "loop minus scan, CPU |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in fast:
+        other = cpu_at.get(row["label"]) or {}
+        lines.append(
+            f"| {row['label']} | {_us_of(row.get('empty_step_us'))} | "
+            f"{_us_of(other.get('empty_step_us'))} | {_num(row.get('overhead_us'))} | "
+            f"{_num(other.get('overhead_us'))} |"
+        )
+    return [*lines, ""]
+
+
+def _us_of(spread: dict | None) -> str:
+    return "-" if not spread else f"{spread['median']:.0f}"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _gpu_compile(gpu_rows: dict, cpu_rows: dict) -> list[str]:
+    common = _common(gpu_rows, cpu_rows)
+    b = max(common) if common else max(gpu_rows)
+    cpu_at = cpu_rows.get(b, {})
+    lines = [
+        "### Compile time",
+        "",
+        f"At batch {b}, from cold caches: trace, lower and compile of each fast path (an "
+        "idiomatic path: its first call, split by JAX's own events), seconds, and the same "
+        "total on the CPU:",
+        "",
+        "| path | trace | lower | compile | total, GPU | total, CPU |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    total = lambda r: (
+        sum(r.get(k) or 0.0 for k in ("trace_s", "lower_s", "compile_s")) if r else None
+    )
+    for label, row in gpu_rows[b].items():
+        lines.append(
+            f"| {label} | {row.get('trace_s', 0):.2f} | {row.get('lower_s', 0):.2f} | "
+            f"{row.get('compile_s', 0):.2f} | {total(row):.2f} | "
+            + (f"{total(cpu_at[label]):.2f}" if label in cpu_at else "-")
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def _gpu_roof(data: dict) -> list[str]:
+    lines = [
+        "### Against the matmul roof",
+        "",
+        "The roof is a jitted f32 N x N matmul on the same device in the same rounds; GFLOP/s "
+        "count `cost_analysis()` FLOPs of the fast path:",
+        "",
+        "| batch | roof GFLOP/s | N | pure JAX GFLOP/s | of roof | best path | of roof |",
+        "|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for b, batch in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
+        roof = batch["roof"]
+        rows = [r for r in batch["paths"] if r.get("roof_fraction") is not None]
+        ref = next((r for r in rows if r["impl"] == REFERENCE and r["path"] == "fast"), None)
+        best = max(rows, key=lambda r: r["roof_fraction"], default=None)
+        lines.append(
+            f"| {b} | {roof['gflops_per_s']:.0f} | {roof['shape'][0]} | "
+            + (f"{ref['gflops_per_s']:.1f} | {ref['roof_fraction']:.1%} | " if ref else "- | - | ")
+            + (f"{best['label']} | {best['roof_fraction']:.1%} |" if best else "- | - |")
+        )
+    return [*lines, ""]
+
+
+def _gpu_bf16(steps: dict, cpu_steps: dict | None) -> list[str]:
+    batches = steps["batches"]
+    pairs = [
+        b for b in batches if " " not in b and f"{b} bfloat16" in batches
+    ]  # batch sizes measured in both dtypes
+    if not pairs:
+        return []
+    cpu_batches = (cpu_steps or {}).get("batches", {})
+    lines = [
+        "### bfloat16 against float32",
+        "",
+        f"`benchmarks/step_time.py` on the GPU ({steps.get('device_kind', '')}): each path's "
+        "median µs per step with `compute_dtype` float32 and bfloat16 (parameters and optimiser "
+        f"state float32 in both), {steps['rounds']} rounds of {steps['steps']} steps; bfloat16's "
+        "time as a fraction of float32's, and the same fraction on the CPU where "
+        "`step_time_cpu.json` has that batch size:",
+        "",
+        "| path | " + " | ".join(f"batch {b}: f32 / bf16 µs, bf16/f32 (CPU)" for b in pairs) + " |",
+        "|---|" + "---:|" * len(pairs),
+    ]
+    for label in batches[pairs[0]]:
+        cells = []
+        for b in pairs:
+            f32, bf16 = batches[b].get(label), batches[f"{b} bfloat16"].get(label)
+            if not f32 or not bf16:
+                cells.append("-")
+                continue
+            cell = f"{f32['median_us']:.0f} / {bf16['median_us']:.0f}, "
+            cell += f"{bf16['median_us'] / f32['median_us']:.2f}x"
+            c32, c16 = cpu_batches.get(b, {}).get(label), cpu_batches.get(f"{b} bfloat16", {})
+            c16 = c16.get(label)
+            if c32 and c16:
+                cell += f" ({c16['median_us'] / c32['median_us']:.2f}x)"
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def render_choosing(path: Path, cpu: dict | None) -> str:
+    """The GPU's part of "Choosing a style": the fast paths' ratios to pure JAX and the empty
+    step on the CPU and the GPU; or that no GPU has been measured."""
+    data = _read(path)
+    if not data or "gpu_run" not in data:
+        return (
+            "**GPU figures are not measured yet**: the tables below are from a CPU, and nothing "
+            f"here says how the styles compare on a GPU. To measure one: {HOW_TO_MEASURE}; its "
+            "figures then appear here and in [performance](performance.md#on-a-gpu)."
+        )
+    gpu_rows, cpu_rows = _fast_rows(data), _fast_rows(cpu)
+    kind = data["gpu_run"]["device"]["kind"]
+    if not gpu_rows:
+        return (
+            f"A GPU run on {kind} is in `benchmarks/results/` but `cvae bench` gave no figures "
+            "there; see [performance](performance.md#on-a-gpu)."
+        )
+    batches = sorted(gpu_rows)
+    fast = [label for label, r in gpu_rows[batches[0]].items() if r.get("kind") == "fast"]
+    lines = [
+        f"**On a GPU** ({kind}, `benchmarks/gpu.sh`; every figure in "
+        "[performance](performance.md#on-a-gpu)): each fast path's step time as a ratio to pure "
+        "JAX's, on the GPU, and on the CPU where it measured the same batch size:",
+        "",
+        "| fast path | " + " | ".join(f"batch {b}" for b in batches) + " |",
+        "|---|" + "---:|" * len(batches),
+    ]
+    for label in fast:
+        cells = []
+        for b in batches:
+            g, c = gpu_rows[b].get(label), cpu_rows.get(b, {}).get(label)
+            cell = _x(g["vs_pure_jax"]["step_us.median"]) if g else "-"
+            if c:
+                cell += f" (CPU {_x(c['vs_pure_jax']['step_us.median'])})"
+            cells.append(cell)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    b = batches[0]
+    empty = [r["empty_step_us"]["median"] for r in gpu_rows[b].values() if r.get("empty_step_us")]
+    cpu_empty = [
+        r["empty_step_us"]["median"] for r in cpu_rows.get(b, {}).values() if r.get("empty_step_us")
+    ]
+    if empty:
+        lines += [
+            "",
+            f"One call of an empty step over a fast path's state costs {min(empty):.0f} to "
+            f"{max(empty):.0f} µs on the GPU at batch {b}"
+            + (
+                f", against {min(cpu_empty):.0f} to {max(cpu_empty):.0f} µs on the CPU."
+                if cpu_empty
+                else "."
+            ),
+        ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", default="benchmarks/results/bench_cpu.json")
     parser.add_argument("--results", default="benchmarks/results")
     parser.add_argument("--images", default=None, help="where the plots go [OUT's dir/img]")
     parser.add_argument("--out", default="docs/performance.md")
+    parser.add_argument(
+        "--choosing",
+        default=None,
+        help="the page whose gpu-summary markers get the GPU comparison [OUT's dir/choosing.md, "
+        "where there is one]",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     page = render(
@@ -568,6 +1013,14 @@ def main(argv: list[str] | None = None) -> int:
         out=out,
     )
     out.write_text(page)
+    choosing = Path(args.choosing) if args.choosing else out.parent / "choosing.md"
+    if args.choosing or choosing.is_file():
+        from cvae_rosetta.bench.report import write_between_markers
+
+        bench = Path(args.bench)
+        cpu = json.loads(bench.read_text()) if bench.is_file() else None
+        summary = render_choosing(Path(args.results) / GPU_FILE, cpu)
+        write_between_markers(choosing, CHOOSING_BEGIN, CHOOSING_END, summary)
     return 0
 
 

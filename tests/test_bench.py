@@ -533,3 +533,187 @@ def test_a_non_empty_out_is_refused_unless_a_previous_benchmark(tmp_path, capsys
     assert main(["bench", "--out", str(out), "--overwrite", *TINY]) == 2
     assert "not a previous benchmark" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+# --- the GPU's figures beside the CPU's, from a GPU run made up here ------------------------------
+
+
+def gpu_run_files(results: Path) -> None:
+    """What one ``benchmarks/gpu.sh`` run leaves in ``results``, made up: ``bench_gpu.json`` (the
+    CPU's synthetic result with every step 10 times faster, and the run's record) and the
+    ``*_gpu.json`` files of its parts."""
+    data = synthetic()
+    for batch in data["batches"].values():
+        for row in batch["paths"]:
+            for key in ("step_us", "empty_step_us"):
+                if key in row:
+                    row[key] = spread(row[key]["median"] / 10)
+            row["compile_s"] = 3.0  # the CPU's is 1.0
+    data = bench.summarize(data)
+    data["gpu_run"] = {
+        "schema": "cvae-gpu-run/1",
+        "mode": "gpu",
+        "started": "2026-01-02 00:00:00",
+        "duration_s": 400.0,
+        "budget_s": 450.0,
+        "device": {"platform": "gpu", "kind": "Made-up GPU", "count": 1, "memory_bytes": 2**37},
+        "nvidia_smi": "Made-up GPU, 999.9, 140000 MiB",
+        "host": {"cpu_model": "Made-up host", "cpu_count": 16},
+        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "jax-cuda12-plugin": "0.10.2"},
+        "parts": {
+            "bench": {"what": "cvae bench", "status": "ok", "seconds": 90.0, "limit_s": 110.0},
+            "bf16": {"status": "ok", "file": "step_time_gpu.json"},
+            "dispatch": {"status": "ok", "file": "dispatch_gpu.json"},
+            "data_parallel": {"status": "ok", "file": "data_parallel_gpu.json"},
+            "roof": {"status": "ok", "file": "roof_gap_gpu.json"},
+            "suite": {
+                "status": "partial",
+                "implementations": {
+                    "pure_jax": {
+                        "counts": {"passed": 164, "failed": 0},
+                        "complete": True,
+                        "diagnosis": None,
+                    },
+                    "other": {
+                        "counts": {"passed": 40, "failed": 2},
+                        "complete": False,
+                        "diagnosis": {"layer": "forward", "check": "m::test_made_up"},
+                    },
+                },
+                "processes": [
+                    {
+                        "name": "suite_pairwise",
+                        "impl": "pure_jax,other",
+                        "status": "timed out",
+                        "summary": "9 passed in 200.0s",
+                    }
+                ],
+            },
+        },
+    }
+    (results / "bench_gpu.json").write_text(json.dumps(data))
+    rows = {"pure_jax": 100.0, "other": 120.0}
+    (results / "step_time_gpu.json").write_text(
+        json.dumps(
+            {
+                "jax": "0.10.2",
+                "backend": "gpu",
+                "device_kind": "Made-up GPU",
+                "rounds": 5,
+                "steps": 100,
+                "batches": {
+                    f"4096{dtype}": {
+                        label: {"median_us": us * scale, "min_us": us, "max_us": us}
+                        for label, us in rows.items()
+                    }
+                    for dtype, scale in (("", 1.0), (" bfloat16", 0.5))
+                },
+            }
+        )
+    )
+    (results / "dispatch_gpu.json").write_text(
+        json.dumps({**dispatch_result(), "backend": "gpu", "device_kind": "Made-up GPU"})
+    )
+    (results / "roof_gap_gpu.json").write_text(json.dumps(roof_gap_result()))
+    (results / "data_parallel_gpu.json").write_text(
+        json.dumps(
+            {
+                "jax": "0.10.2",
+                "backend": "gpu",
+                "device_kind": "Made-up GPU",
+                "cpu_count": 16,
+                "batch_size": 256,
+                "rounds": 5,
+                "steps": 50,
+                "note": "",
+                "rows": [
+                    dict(
+                        impl="pure_jax",
+                        mechanism=m,
+                        devices=1,
+                        median_us=us,
+                        min_us=us,
+                        max_us=us,
+                        ratio_to_serial=us / 100.0,
+                    )
+                    for m, us in (("none", 100.0), ("sharded", 110.0))
+                ],
+            }
+        )
+    )
+
+
+def render_pages(tmp_path: Path, *, gpu: bool) -> tuple[str, str]:
+    """``performance.md`` and ``choosing.md`` rendered from the synthetic CPU result (and, if
+    ``gpu``, a made-up GPU run) in a folder of their own; nothing under the repository."""
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    docs.mkdir()
+    (results / "bench_cpu.json").write_text(json.dumps(bench.summarize(synthetic())))
+    if gpu:
+        gpu_run_files(results)
+    marked = "# Choosing\n\n<!-- gpu-summary:begin -->\nold\n<!-- gpu-summary:end -->\n\nrest\n"
+    (docs / "choosing.md").write_text(marked)
+    render = load_render()
+    args = ["--bench", str(results / "bench_cpu.json"), "--results", str(results)]
+    assert render.main([*args, "--out", str(docs / "performance.md")]) == 0
+    return (docs / "performance.md").read_text(), (docs / "choosing.md").read_text()
+
+
+def test_without_a_gpu_run_the_pages_say_so_and_how_to_measure_one(tmp_path):
+    page, choosing = render_pages(tmp_path, gpu=False)
+    section = page[page.index("## On a GPU") :]
+    assert "**Not measured yet.**" in section and "`benchmarks/gpu.sh`" in section
+    assert 'pip install ".[all,cuda,test]"' in section
+    assert "**GPU figures are not measured yet**" in choosing and "`benchmarks/gpu.sh`" in choosing
+    assert "old" not in choosing and choosing.endswith("<!-- gpu-summary:end -->\n\nrest\n")
+
+
+def test_a_gpu_run_is_rendered_beside_the_cpu_figures(tmp_path):
+    page, choosing = render_pages(tmp_path, gpu=True)
+    assert "Not measured yet" not in page
+    section = page[page.index("## On a GPU") :]
+    for text in (
+        "on **Made-up GPU** (1 device(s), 128 GiB usable)",
+        "| bench | cvae bench | ok | 90 | 110 |",
+        # the suite: counts per implementation, how far each got, its first failure
+        "| pure_jax | 164 | 0 | 0 | 0 | yes | - |",
+        "| other | 40 | 2 | 0 | 0 | no | layer `forward`: `test_made_up` |",
+        "The pairs (`-m pairwise`, pure_jax,other): timed out, 9 passed in 200.0s.",
+        # step time on the GPU, and beside the CPU's: ratios and the GPU's speed-up
+        "| other | 10 (1.050x) | 105 (1.050x) |",
+        "| other | 1.050x → 1.050x, 10.0x | 1.050x → 1.050x, 10.0x |",
+        # per-call overhead: the empty step on both, at the smallest batch
+        "| other | 2 | 25 |",
+        # compile time, GPU and CPU totals at the largest batch both measured
+        "| pure_jax | 0.20 | 0.10 | 3.00 | 3.30 | 1.30 |",
+        "### Against the matmul roof",
+        "### What a call costs, by `benchmarks/dispatch.py`",
+        "| pure_jax | 56 | 500 | 450 | 50 | 40 | 600 |",
+        "### The step and its parts against the roof, by `benchmarks/roof_gap.py`",
+        # bfloat16 against float32
+        "| other | 120 / 60, 0.50x |",
+        "### Data parallelism: `data_parallel_gpu.json`",
+        "| pure_jax | 100 | 110 (1.10x) |",
+    ):
+        assert text in section, text
+    # the GPU's files are in the GPU's section only, never among the CPU's
+    assert "\n## What a call costs: `dispatch_gpu.json`" not in page
+    assert "\n## Data parallelism: `data_parallel_gpu.json`" not in page
+    for text in (
+        "**On a GPU** (Made-up GPU",
+        "| other | 1.050x (CPU 1.050x) | 1.050x (CPU 1.050x) |",
+        "costs 2 to 4 µs on the GPU at batch 8, against 25 to 40 µs on the CPU.",
+    ):
+        assert text in choosing, text
+
+
+def test_a_smoke_run_is_never_rendered(tmp_path):
+    """``*_smoke.json`` files (``benchmarks/gpu.sh --smoke-cpu``) measure nothing: the renderer
+    leaves them out, in the CPU's sections and in the GPU's."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "dispatch_smoke.json").write_text(json.dumps(dispatch_result()))
+    (results / "bench_smoke.json").write_text(json.dumps({"gpu_run": {}}))
+    page = load_render().render(results)
+    assert "smoke" not in page and "**Not measured yet.**" in page

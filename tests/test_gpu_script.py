@@ -1,0 +1,178 @@
+"""``benchmarks/gpu.sh``: its refusal without a GPU, its smoke run on the CPU (every part, toy
+sizes, the JSON it writes), and the time limits of its driver, ``benchmarks/gpu.py``.
+
+The GPU run itself needs a GPU; the smoke run goes through the same parts, commands and readers,
+so that the prepared run cannot rot between the rare times it runs on one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu.sh"
+PARTS = ("preflight", "bench", "bf16", "dispatch", "data_parallel", "roof", "bench_extra", "suite")
+
+
+def load_gpu():
+    spec = importlib.util.spec_from_file_location("gpu_driver", ROOT / "benchmarks" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def script_env(**changes: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "GPU_BENCH_OUT")}
+    return {**env, "PYTHON": sys.executable, **changes}
+
+
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [str(SCRIPT), "--out", str(tmp_path / "out")],
+        env=script_env(JAX_PLATFORMS="cpu"),  # no GPU, even on a machine with one
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("gpu.sh: no GPU here: JAX ") and "--smoke-cpu" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One ``benchmarks/gpu.sh --smoke-cpu``: every part on the CPU, pure JAX only."""
+    out = tmp_path_factory.mktemp("smoke")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [str(SCRIPT), "--smoke-cpu", "--out", str(out)],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "bench_smoke.json").read_text())
+    return out, data, proc.stdout, time.monotonic() - start
+
+
+def part_file(out: Path, data: dict, part: str) -> dict:
+    entry = data["gpu_run"]["parts"][part]
+    assert entry["file"].endswith("_smoke.json")
+    return json.loads((out / entry["file"]).read_text())
+
+
+@pytest.mark.slow
+def test_the_smoke_run_goes_through_every_part_and_records_it(smoke):
+    out, data, stdout, seconds = smoke
+    run = data["gpu_run"]
+    assert run["schema"] == "cvae-gpu-run/1" and run["mode"] == "smoke-cpu"
+    assert run["device"]["platform"] == "cpu" and run["device"]["kind"] == "cpu"
+    assert run["device"]["count"] == 1
+    assert run["versions"]["jax"] and run["versions"]["cvae-rosetta"]
+    assert "pure_jax" in run["implementations"]
+    assert stdout.startswith("device: cpu (cpu, 1 device(s)); jax ")
+    assert set(run["parts"]) == set(PARTS)
+    for name, entry in run["parts"].items():
+        assert entry["status"] == "ok", (name, entry)
+        assert entry["seconds"] <= entry.get("limit_s", entry["seconds"]) + 15, (name, entry)
+    assert run["duration_s"] <= run["budget_s"] and run["duration_s"] <= seconds
+    assert not list(out.glob("*_gpu.json"))  # a smoke run never writes a GPU file
+
+
+@pytest.mark.slow
+def test_the_smoke_run_writes_each_parts_figures(smoke):
+    out, data, _, _ = smoke
+    # cvae bench: its two runs merged into one result, derived figures and goals computed again
+    assert data["schema"] == "cvae-bench/1" and list(data["batches"]) == ["2", "4"]
+    assert data["settings"]["batch_sizes"] == [2, 4] and len(data["runs"]) == 2
+    for batch in data["batches"].values():
+        fast = next(r for r in batch["paths"] if r["label"] == "pure_jax")
+        assert fast["step_us"]["median"] > 0 and fast["compile_s"] > 0
+        assert fast["empty_step_us"]["median"] > 0 and fast["vs_pure_jax"]["step_us.median"] == 1
+    assert data["goals"]["roof_fraction"]["batch"] == 4
+    assert {r["mechanism"] for r in data["data_parallel"]["rows"]} == {"none", "sharded"}
+    # float32 against bfloat16
+    steps = part_file(out, data, "bf16")
+    assert steps["device_kind"] == "cpu" and set(steps["batches"]) == {"2", "2 bfloat16"}
+    assert steps["batches"]["2 bfloat16"]["pure_jax"]["median_us"] > 0
+    # what a call costs
+    dispatch = part_file(out, data, "dispatch")
+    assert dispatch["backend"] == "cpu" and list(dispatch["configs"]) == ["default"]
+    assert dispatch["configs"]["default"]["batches"]["2"]["pure_jax"]["identity"] > 0
+    # data parallelism on the devices present
+    parallel = part_file(out, data, "data_parallel")
+    cases = {(r["mechanism"], r["devices"]) for r in parallel["rows"]}
+    assert cases == {("none", 1), ("pmap", 1), ("sharded", 1), ("shard_map", 1)}
+    # the roof
+    roof = part_file(out, data, "roof")
+    assert roof["backend"] == "cpu" and roof["sets"]["default"]["roof_gflops_per_s"] > 0
+    assert roof["sets"]["default"]["ms"]["step"] > 0
+    # the suite: a check of each session, its report read back
+    suite = data["gpu_run"]["parts"]["suite"]
+    found = suite["implementations"]["pure_jax"]
+    assert found["complete"] and found["passed"] and found["counts"]["passed"] >= 2
+    assert found["counts"]["failed"] == 0
+    names = {p["name"] for p in suite["processes"]}
+    assert names == {"suite_pure_jax", "suite_pure_jax_precision"}
+    assert all(p["summary"] and "passed" in p["summary"] for p in suite["processes"])
+    assert (out / "smoke_logs" / "suite_pure_jax_precision.json").is_file()
+
+
+def test_a_part_past_its_limit_is_stopped_and_recorded(tmp_path):
+    gpu = load_gpu()
+    job = gpu.Job("sleep", ["sleep", "30"], tmp_path / "sleep.log", dict(os.environ), tmp_path)
+    quick = gpu.Job("true", ["true"], tmp_path / "true.log", dict(os.environ), tmp_path)
+    start = time.monotonic()
+    gpu.run_jobs([job, quick], limit=1.0)
+    assert time.monotonic() - start < 15
+    assert job.status() == "timed out" and job.record()["status"] == "timed out"
+    assert quick.status() == "ok" and quick.rc == 0
+
+
+def test_a_part_without_time_left_is_skipped_and_the_others_still_run(tmp_path):
+    gpu = load_gpu()
+    run = gpu.Run(
+        mode="smoke",
+        out=tmp_path,
+        logs=tmp_path,
+        deadline=time.monotonic() + 100,
+        python=sys.executable,
+        record={"parts": {}},
+        probe={},
+    )
+    broken = gpu.Part("broken", "raises", {"smoke": 60}, lambda run, limit: 1 / 0)
+    late = gpu.Part("late", "too late", {"smoke": 60}, lambda run, limit: {"status": "ok"})
+    gpu.run_part(run, broken, 60, time.monotonic())
+    gpu.run_part(run, late, 5, time.monotonic())
+    parts = json.loads((tmp_path / "bench_smoke.json").read_text())["gpu_run"]["parts"]
+    assert parts["broken"]["status"] == "failed" and "ZeroDivisionError" in parts["broken"]["error"]
+    assert parts["late"] == {
+        "what": "too late",
+        "limit_s": 5,
+        "status": "skipped",
+        "reason": "5 s left for it",
+    }
+
+
+def test_pytests_last_line_is_read_with_and_without_its_rule():
+    gpu = load_gpu()
+    assert gpu._pytest_summary("x\n1 passed, 156 deselected in 2.40s\n") == (
+        "1 passed, 156 deselected in 2.40s"
+    )
+    text = (
+        "!!! KeyboardInterrupt !!!\n===== 12 passed, 1 failed in 100.1s (0:01:40) =====\nreport\n"
+    )
+    assert gpu._pytest_summary(text) == "12 passed, 1 failed in 100.1s (0:01:40)"
+    assert gpu._pytest_summary("collecting ...") is None
