@@ -1,0 +1,73 @@
+"""benchmarks/latent_tradeoff.py in a smoke configuration: the bundled digits, 1 epoch, two latent
+sizes; the result file's schema and the render step's table between the page's markers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location(
+        "latent_tradeoff", ROOT / "benchmarks" / "latent_tradeoff.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RUN_KEYS = {
+    "latent_dim", "epochs", "steps", "neg_elbo", "neg_iwae", "recon", "kl", "active_units",
+    "gen_accuracy", "gen_accuracy_worst_class", "gen_accuracy_bernoulli",
+    "gen_accuracy_at_temperature", "diversity", "diversity_at_temperature", "train_loss",
+    "train_seconds", "seconds", "command",
+}  # fmt: skip
+
+
+def test_smoke_measurement_and_render(script, tmp_path):
+    out = tmp_path / "latent_tradeoff.json"
+    page = tmp_path / "evaluation.md"
+    doc = (ROOT / "docs" / "evaluation.md").read_text()
+    assert script.BEGIN in doc and script.END in doc  # the real page has the markers
+    page.write_text(doc)
+
+    argv = ["--out", str(out), "--set", "digits:1", "--latents", "2,3", "--iw-samples", "2"]
+    argv += ["--samples-dir", str(tmp_path), "--doc", str(page)]
+    assert script.main(argv) == 0
+
+    result = json.loads(out.read_text())
+    assert result["schema"] == script.SCHEMA
+    assert result["command"].startswith("python benchmarks/latent_tradeoff.py --out")
+    assert {"jax", "jaxlib", "numpy", "scikit-learn"} <= set(result["versions"])
+    assert result["impl"] == "pure_jax" and result["iw_samples"] == 2
+    (entry,) = result["sets"]
+    assert entry["data"] == "digits" and entry["epochs"] == 1 and entry["subset"] is None
+    assert (entry["train_size"], entry["test_size"]) == (1437, 360)
+    assert 0.9 < entry["classifier"]["test_accuracy"] <= 1.0
+    assert [run["latent_dim"] for run in entry["runs"]] == [2, 3]
+    for run in entry["runs"]:
+        assert set(run) == RUN_KEYS
+        assert run["neg_iwae"] <= run["neg_elbo"] + 1.0 and run["kl"] >= 0
+        assert 0 <= run["gen_accuracy"] <= 1 and 0 <= run["active_units"] <= run["latent_dim"]
+        temperatures = {str(t) for t in script.TEMPERATURES}
+        assert set(run["gen_accuracy_at_temperature"]) == temperatures
+        assert set(run["diversity_at_temperature"]) == temperatures
+        assert run["command"] == (
+            f"cvae train --impl pure_jax --data digits --epochs 1 --latent-dim {run['latent_dim']}"
+        )
+    assert "samples_picture" not in entry  # 8x8 digits get none
+    assert (tmp_path / script.CURVE_FILE).stat().st_size > 0
+
+    rendered = page.read_text()
+    head, rest = rendered.split(script.BEGIN, 1)
+    table, tail = rest.split(script.END, 1)
+    assert table == "\n" + script.table(result) + "\n"
+    assert "| bundled digits (8x8), 1,437 train / 360 test, 1 epoch | 2 |" in table
+    # only the text between the markers changed
+    assert head == doc.split(script.BEGIN, 1)[0] and tail == doc.split(script.END, 1)[1]
