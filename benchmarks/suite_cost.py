@@ -7,11 +7,12 @@ Each case is one ``pytest --pyargs cvae_rosetta.conformance`` run in a fresh int
 a user would time it (the whole command, start-up and compilation included): the default profile
 on passing implementations, and on single-bug mutants (``cvae_rosetta.conformance.meta_tests.
 broken``) with ``--first-layer`` (the run stops each implementation at its first failing layer)
-until the diagnosis. These run as a first run does: the plugin's persistent compilation cache in
-an empty folder of its own (each module reads back what earlier modules compiled). Each passing
-case also runs without any cache (``--compilation-cache off``) and with a cache filled by an
-unmeasured run first: what a repeated run on the same machine costs. Peak memory is the child's
-maximum resident set size. Figures are medians over ``--rounds``.
+until the diagnosis. These run as a first run does, with the plugin's defaults: its persistent
+compilation cache in an empty folder of its own (each module reads back what earlier modules
+compiled). Each passing case also runs with every program fully optimised
+(``--full-optimization``), without any cache (``--compilation-cache off``), and with a cache
+filled by an unmeasured run first: what a repeated run on the same machine costs. Peak memory is
+the child's maximum resident set size. Figures are medians over ``--rounds``.
 
 ``--render`` rewrites the table in docs/conformance.md between its ``suite-cost`` markers from the
 result file.
@@ -42,10 +43,13 @@ BUGS = (
     "kl_missing_half",
     "optimizer_state_not_advanced",
 )
+BROKEN = "cvae_rosetta.conformance.meta_tests.broken"
 GOALS = {"passing_seconds": 40.0, "passing_rss_gb": 1.5, "bug_seconds": 60.0}
 
 
-def run_case(target: str, *, first_layer: bool, cache_dir: str | None) -> dict:
+def run_case(
+    target: str, *, first_layer: bool, cache_dir: str | None, extra: tuple[str, ...] = ()
+) -> dict:
     """One pytest run in a fresh interpreter: exit status, wall seconds, peak RSS of the child."""
     with tempfile.TemporaryDirectory() as scratch:
         command = [
@@ -58,6 +62,7 @@ def run_case(target: str, *, first_layer: bool, cache_dir: str | None) -> dict:
             *("-p", "no:cacheprovider", "-q", "--pyargs", "cvae_rosetta.conformance"),
             *("--impl", target),
             *(["--first-layer"] if first_layer else []),
+            *extra,
             # the plugin's own setting: cold (off), or the folder a first run filled
             *("--compilation-cache", cache_dir or "off"),
         ]
@@ -82,15 +87,15 @@ def run_case(target: str, *, first_layer: bool, cache_dir: str | None) -> dict:
     }
 
 
-def run_with_cache(target: str, *, first_layer: bool, cache: str) -> dict:
+def run_with_cache(target: str, *, first_layer: bool, cache: str, extra: tuple = ()) -> dict:
     """``cache``: "off" (none), "empty" (a folder of its own, as a first run has) or "warm" (a
     folder that an unmeasured run of the same case filled first)."""
     if cache == "off":
-        return run_case(target, first_layer=first_layer, cache_dir=None)
+        return run_case(target, first_layer=first_layer, cache_dir=None, extra=extra)
     with tempfile.TemporaryDirectory() as folder:
         if cache == "warm":
-            run_case(target, first_layer=first_layer, cache_dir=folder)
-        return run_case(target, first_layer=first_layer, cache_dir=folder)
+            run_case(target, first_layer=first_layer, cache_dir=folder, extra=extra)
+        return run_case(target, first_layer=first_layer, cache_dir=folder, extra=extra)
 
 
 def measure(passing: list[str], bugs: list[str], rounds: int, use_cache: bool) -> dict:
@@ -98,21 +103,20 @@ def measure(passing: list[str], bugs: list[str], rounds: int, use_cache: bool) -
 
     cases: list[dict] = []
     load_at_start = os.getloadavg()[0]
-    plan = [(name, "passing, first run", False, "empty") for name in passing]
-    plan += [(name, "passing, no compilation cache", False, "off") for name in passing]
-    if use_cache:
-        plan += [(name, "passing, compilation cache warm", False, "warm") for name in passing]
+    full = ("--full-optimization",)
+    plan = [(name, "passing, first run", False, "empty", ()) for name in passing]
     plan += [
-        (
-            f"cvae_rosetta.conformance.meta_tests.broken:{bug}",
-            "one bug, --first-layer",
-            True,
-            "empty",
-        )
-        for bug in bugs
+        (name, "passing, first run, fully optimised", False, "empty", full) for name in passing
     ]
-    for target, kind, first_layer, cache in plan:
-        runs = [run_with_cache(target, first_layer=first_layer, cache=cache) for _ in range(rounds)]
+    plan += [(name, "passing, no compilation cache", False, "off", ()) for name in passing]
+    if use_cache:
+        plan += [(name, "passing, compilation cache warm", False, "warm", ()) for name in passing]
+    plan += [(f"{BROKEN}:{bug}", "one bug, --first-layer", True, "empty", ()) for bug in bugs]
+    for target, kind, first_layer, cache, extra in plan:
+        runs = [
+            run_with_cache(target, first_layer=first_layer, cache=cache, extra=extra)
+            for _ in range(rounds)
+        ]
         case = {
             "target": target,
             "kind": kind,

@@ -62,6 +62,11 @@ SKIPPED_EARLIER = "skipped: earlier layer failed"  # its outcome in the report
 NO_MESSAGE = "the check's assertion failed without a message"
 _STATUSES = ("passed", "failed", "skipped", SKIPPED_EARLIER, NOT_APPLICABLE)
 PRECISION = "jax_default_matmul_precision"
+# XLA's optimisation of the programs the suite compiles: most of it off by default (a check compiles
+# each program once and runs it a few times, and compiling is most of a run's time), full for the
+# modules marked FULLY_OPTIMIZED and under --full-optimization.
+OPTIMIZATIONS = "jax_disable_most_optimizations"
+FULLY_OPTIMIZED = "fully_optimized"
 
 # The suite's hypothesis settings (keyword arguments of ``hypothesis.settings``), applied to its own
 # property tests only, over whatever settings they would otherwise have.
@@ -85,9 +90,13 @@ class _State:
     def __init__(self, config: pytest.Config) -> None:
         self.asked = _asked(config)  # before collection: header, profiles registered
         self.active = False  # asked, or a test module of the suite is being collected
-        self.first_layer = bool(config.getoption("first_layer")) or os.environ.get(
-            "CVAE_FIRST_LAYER", ""
-        ).strip().lower() in ("1", "true", "yes", "on")
+        self.first_layer = bool(config.getoption("first_layer")) or _env_flag("CVAE_FIRST_LAYER")
+        self.full_optimization = (
+            bool(config.getoption("full_optimization"))
+            or bool(config.getoption("thorough"))
+            or _env_flag("CVAE_FULL_OPTIMIZATION")
+            or os.environ.get("CVAE_HYPOTHESIS_PROFILE", "").strip() == "thorough"
+        )
         # implementation -> check -> outcome (the report's ``results``)
         self.results: dict[str, dict[str, str]] = {}
         # implementation -> check -> {"outcome", "layer", "message"?}, in the order they ran
@@ -97,6 +106,10 @@ class _State:
         self.cache_dir: str | None = None  # JAX's persistent compilation cache, where used
         self.cache_before: dict = {}  # JAX's settings of it before the session
         self.last_of_module: set | None = None  # see _last_of_their_module
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -123,6 +136,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="once an implementation fails a check, skip its checks of later layers "
         "(also $CVAE_FIRST_LAYER=1)",
+    )
+    group.addoption(
+        "--full-optimization",
+        action="store_true",
+        help="compile every program of the suite with XLA's full optimisation, as a training run "
+        "does (by default only the numerics modules are; the others compile about twice as fast "
+        "with most optimisations off; also $CVAE_FULL_OPTIMIZATION=1 and --thorough)",
     )
     group.addoption(
         "--compilation-cache",
@@ -182,6 +202,11 @@ def _activate(config: pytest.Config) -> None:
         return
     state.active = True
     config.addinivalue_line("markers", "pairwise: a check of two implementations together")
+    config.addinivalue_line(
+        "markers",
+        f"{FULLY_OPTIMIZED}: a check whose programs XLA compiles with its full optimisation, as a "
+        "training run's (numerics at the edges and in bfloat16)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis loads --hypothesis-profile (ci, thorough)
@@ -327,6 +352,13 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         lines.append("  --first-layer: checks of later layers skipped after a failure")
     if state.cache_dir:
         lines.append(f"  compilation cache: {state.cache_dir} (--compilation-cache off: none)")
+    if state.full_optimization:
+        lines.append("  XLA: full optimisation for every check")
+    else:
+        lines.append(
+            f"  XLA: full optimisation for the {FULLY_OPTIMIZED} checks, most of it off for the "
+            "others (--full-optimization: all)"
+        )
     return lines
 
 
@@ -476,10 +508,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @contextlib.contextmanager
-def _full_precision(item: pytest.Item):
-    """Float32 matmuls at full precision for the suite's own tests (no TF32 or bfloat16 passes on
-    accelerators), so its tolerances are those of float32 arithmetic wherever it runs; the
-    previous setting is back afterwards."""
+def _jax_settings(item: pytest.Item):
+    """JAX's settings for the suite's own tests, the previous ones back afterwards:
+
+    - float32 matmuls at full precision (no TF32 or bfloat16 passes on accelerators), so the
+      suite's tolerances are those of float32 arithmetic wherever it runs;
+    - XLA's optimisation: full for checks marked ``fully_optimized`` (and everything under
+      --full-optimization), most of it off elsewhere. Off, a program compiles in about half the
+      time; what it computes is the same program, rounded within the float32 tolerances the checks
+      allow. Programs compiled either way are kept apart in every cache."""
     state = _state(item.config)
     if state is None or not state.active or not _is_suite_item(item):
         yield
@@ -487,12 +524,22 @@ def _full_precision(item: pytest.Item):
     import jax
 
     values = getattr(jax.config, "values", {})
-    before = values[PRECISION] if PRECISION in values else getattr(jax.config, PRECISION)
-    jax.config.update(PRECISION, "highest")
+    wanted = {
+        PRECISION: "highest",
+        OPTIMIZATIONS: not (
+            state.full_optimization or item.get_closest_marker(FULLY_OPTIMIZED) is not None
+        ),
+    }
+    before = {
+        name: values[name] if name in values else getattr(jax.config, name) for name in wanted
+    }
+    for name, value in wanted.items():
+        jax.config.update(name, value)
     try:
         yield
     finally:
-        jax.config.update(PRECISION, before)
+        for name, value in before.items():
+            jax.config.update(name, value)
 
 
 def _earlier_failure(item: pytest.Item, state: _State) -> str | None:
@@ -513,19 +560,19 @@ def pytest_runtest_setup(item: pytest.Item):
         earlier = _earlier_failure(item, state)
         if earlier is not None:  # before any fixture is set up, reported at the check's line
             raise pytest.skip.Exception(f"{EARLIER}: {earlier}", _use_item_location=True)
-    with _full_precision(item):
+    with _jax_settings(item):
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    with _full_precision(item):
+    with _jax_settings(item):
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem):
-    with _full_precision(item):
+    with _jax_settings(item):
         result = yield
     state = _state(item.config)
     if state is not None and state.active and item in _last_of_their_module(item.session, state):

@@ -67,6 +67,9 @@ from cvae_rosetta.conformance.common import (
 )
 from cvae_rosetta.spec.config import Config, LossConfig
 
+# numerics as a training run compiles them: XLA's full optimisation for every program here
+pytestmark = pytest.mark.fully_optimized
+
 U = 2.0**-8  # bfloat16's unit roundoff
 BF16_LOSS_RTOL = 4 * U
 BF16_GRAD_TREE = 32 * U

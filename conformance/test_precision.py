@@ -59,6 +59,9 @@ import pytest
 from cvae_rosetta.conformance.common import MODEL, B, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 
+# numerics as a training run compiles them: XLA's full optimisation for every program here
+pytestmark = pytest.mark.fully_optimized
+
 U = 2.0**-8  # bfloat16's unit roundoff
 
 FORWARD_RMS = 4 * U  # whole-array relative error of encode / decode

@@ -124,7 +124,8 @@ def test_a_session_that_does_not_ask_for_the_suite_is_left_alone(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "4 passed" in output, output[-3000:]
-    assert "plugins: cvae-rosetta" in output, output[-3000:]  # loaded, and silent:
+    plugins = next((line for line in output.splitlines() if line.startswith("plugins:")), "")
+    assert "cvae-rosetta" in plugins, output[-3000:]  # loaded, and silent:
     for line in output.splitlines():
         assert not line.startswith(("cvae-rosetta", "  impl ")), output[-3000:]
     assert "cvae-rosetta conformance" not in output, output[-3000:]
@@ -132,9 +133,9 @@ def test_a_session_that_does_not_ask_for_the_suite_is_left_alone(tmp_path):
 
 
 PROBE = """
-    '''Records what each test saw: the matmul precision while it ran and after it, and the
-    hypothesis settings of the suite's property tests (which it then skips: that is all they are
-    needed for here).'''
+    '''Records what each test saw: the matmul precision and XLA's optimisation setting while it
+    ran and after it, and the hypothesis settings of the suite's property tests (which it then
+    skips: that is all they are needed for here).'''
     import json
     import os
 
@@ -148,7 +149,8 @@ PROBE = """
         import jax
 
         precision = jax.config.jax_default_matmul_precision
-        SEEN.append({"test": request.node.nodeid, "during": precision})
+        light = jax.config.values["jax_disable_most_optimizations"]
+        SEEN.append({"test": request.node.nodeid, "during": precision, "light": light})
         yield
 
 
@@ -156,7 +158,9 @@ PROBE = """
         if report.when == "teardown":
             import jax
 
-            SEEN.append({"test": report.nodeid, "after": jax.config.jax_default_matmul_precision})
+            after = jax.config.jax_default_matmul_precision
+            light = jax.config.values["jax_disable_most_optimizations"]
+            SEEN.append({"test": report.nodeid, "after": after, "light_after": light})
 
 
     @pytest.hookimpl(tryfirst=True)
@@ -207,6 +211,8 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
         *("-p", "probe", "--impl", "pure_jax", "--pyargs"),
         *(f"cvae_rosetta.conformance.{c}" for c in checks),
         "cvae_rosetta.conformance.test_properties::test_encode_and_decode_match_reference",
+        # a module marked fully_optimized (its checks trace only, so this stays quick)
+        "cvae_rosetta.conformance.test_precision::test_matmuls_take_the_compute_dtype",
         "test_mine.py",
     )
     output = result.stdout + result.stderr
@@ -219,20 +225,33 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
         "test_spec.py::test_protocol_surface": "passed",
         "test_spec.py::test_canonical_round_trip": "passed",
         "test_properties.py::test_encode_and_decode_match_reference": "skipped",
+        "test_precision.py::test_matmuls_take_the_compute_dtype[small]": "passed",
+        "test_precision.py::test_matmuls_take_the_compute_dtype[784]": "passed",
     }
     assert report["implementations"]["pure_jax"]["diagnosis"] is None
     assert [c["layer"] for c in report["checks"]["pure_jax"]] == [
         "surface",
         "surface",
         "properties",
+        "precision",
+        "precision",
     ]
 
     seen = json.loads((tmp_path / "probe.json").read_text())
     suite = [s for s in seen if "test_protocol_surface" in s["test"] or "round_trip" in s["test"]]
     assert {s["during"] for s in suite if "during" in s} == {"highest"}, seen
     assert {s["after"] for s in suite if "after" in s} == {"tensorfloat32"}, seen
+    # XLA's optimisation: mostly off for the suite's checks, full for the fully_optimized module's,
+    # and the user's setting (JAX's default, full) around and after every one of them
+    assert {s["light"] for s in suite if "light" in s} == {True}, seen
+    numerics = [s for s in seen if "test_matmuls_take_the_compute_dtype" in s["test"]]
+    assert len(numerics) == 4 and {s.get("light", s.get("light_after")) for s in numerics} == {
+        False
+    }, seen
+    assert {s["light_after"] for s in seen if "light_after" in s} == {False}, seen
     mine = [s for s in seen if "test_mine.py" in s["test"]]
     assert {s.get("during", s.get("after")) for s in mine} == {"tensorfloat32"}, seen
+    assert {s.get("light", s.get("light_after")) for s in mine} == {False}, seen
     # the suite's property test ran with the suite's ci settings, the user's "ci" profile intact
     assert [s["max_examples"] for s in seen if "max_examples" in s] == [10], seen
 
