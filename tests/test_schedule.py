@@ -184,6 +184,7 @@ def reference(tmp_path_factory):
     return out
 
 
+@pytest.mark.faults  # a kill -9 and a resume: tox -e faults, with the other injected faults
 def test_a_scheduled_run_killed_mid_epoch_resumes_bit_for_bit(reference, tmp_path):
     """SIGKILL while the third save (step 9, in epoch 2, past the warm-up) sleeps before its
     commit; the resume from checkpoint 6 (in the warm-up) takes the same rates, makes the same
