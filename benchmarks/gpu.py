@@ -7,13 +7,14 @@ has the time it has. In short, on a machine whose JAX sees a GPU, one part after
 in processes of its own under a time limit:
 
 - ``preflight``: the device, the versions, ``jax.print_environment_info()``;
-- ``bench``: ``cvae bench`` over every implementation and path at batch sizes 1, 256 and 4096,
-  with its compile times, per-call overhead, roof and pure JAX's data-parallel mechanisms;
+- ``bench``: ``cvae bench`` over every implementation and path at batch sizes 1 and 4096, with
+  its compile times, per-call overhead, roof and pure JAX's data-parallel mechanisms;
 - ``bf16``: ``benchmarks/step_time.py``, float32 against bfloat16 at batch 256 and 4096;
 - ``dispatch``: ``benchmarks/dispatch.py``, what one call costs at batch 1;
 - ``data_parallel``: ``benchmarks/data_parallel.py``, every mechanism on the devices present;
 - ``roof``: ``benchmarks/roof_gap.py``, pure JAX's step and its parts against a large matmul;
-- ``bench_extra``: ``cvae bench`` at batch sizes 8, 64 and 1024, merged into the same file;
+- ``bench_2``, ``bench_3``: ``cvae bench`` at batch sizes 8 and 256, 64 and 1024, merged into
+  the same file, as far as the time goes;
 - ``suite``: the conformance suite, every implementation at once (one process for its
   precision and bfloat16 checks, one for the rest) and the pairs of implementations.
 
@@ -312,7 +313,8 @@ def _flags(text: str) -> list[str]:
 def _bf16_args(run: Run) -> list[str]:
     if run.smoke:
         return _flags(f"--impls {REFERENCE} --dtypes float32,bfloat16 --batch-sizes 2 {TOY}")
-    return _flags("--dtypes float32,bfloat16 --batch-sizes 256,4096 --rounds 5 --steps 100")
+    # batch 4096 first: if the time runs out, the comparison where bfloat16 matters is there
+    return _flags("--dtypes float32,bfloat16 --batch-sizes 4096,256 --rounds 5 --steps 100")
 
 
 def _dispatch_args(run: Run) -> list[str]:
@@ -339,13 +341,23 @@ def _roof_args(run: Run) -> list[str]:
     )
 
 
-# --- cvae bench, in two runs merged into one file -------------------------------------------------
+# --- cvae bench, in runs of two batch sizes merged into one file ---------------------------------
+
+# The batch sizes of each run, on the GPU and in a smoke run: small runs, so that a run the time
+# limit stops loses only its own two; the first pair spans the range.
+BENCH_BATCHES = {
+    "bench": ("1,4096", "2"),
+    "bench_2": ("8,256", "4"),
+    "bench_3": ("64,1024", None),  # not in a smoke run: two runs check the merge
+}
 
 
-def _bench_args(run: Run, extra: bool) -> list[str]:
+def _bench_args(run: Run, name: str) -> list[str]:
+    gpu, smoke = BENCH_BATCHES[name]
+    first = name == "bench"
     if run.smoke:
         return [
-            *("--impls", REFERENCE, "--batch-sizes", "4" if extra else "2"),
+            *("--impls", REFERENCE, "--batch-sizes", smoke),
             *("--rounds", "1", "--steps", "8", "--epoch-examples", "16", "--unrolls", "1"),
             *("--devices", "1", "--mechanisms", "sharded", "--parallel-impls", REFERENCE),
             *("--parallel-batch", "2", "--roof-size", "64"),
@@ -355,20 +367,21 @@ def _bench_args(run: Run, extra: bool) -> list[str]:
     # unroll is one more compile per batch size. --epoch-examples 65536: at least 16 steps a
     # round even at batch 4096. The roof is an 8192 matmul (see _roof_args). The first run times
     # pure JAX's data-parallel mechanisms on every device count present (data_parallel.py times
-    # every implementation's); the second only the least the command accepts.
-    common = ["--rounds", "5", "--unrolls", "1", "--epoch-examples", "65536"]
+    # every implementation's); the others only the least the command accepts.
+    common = ["--batch-sizes", gpu, "--rounds", "5", "--unrolls", "1", "--epoch-examples", "65536"]
     common += ["--roof-size", "8192", "--parallel-impls", REFERENCE]
-    if extra:
-        return ["--batch-sizes", "8,64,1024", "--devices", "1", "--mechanisms", "sharded", *common]
-    return ["--batch-sizes", "1,256,4096", "--devices", _device_counts(run), *common]
+    if first:
+        return [*common, "--devices", _device_counts(run)]
+    return [*common, "--devices", "1", "--mechanisms", "sharded"]
 
 
-def _bench_part(extra: bool):
+def _bench_part(name: str):
     def part(run: Run, limit: float) -> dict[str, Any]:
-        name = "bench_extra" if extra else "bench"
+        if run.smoke and BENCH_BATCHES[name][1] is None:
+            return {"status": "skipped", "reason": "not in a smoke run"}
         out = run.logs / name
         command = [run.python, "-m", "cvae_rosetta", "bench", "--out", str(out), "--overwrite"]
-        job = run.job(name, [*command, "--no-progress", *_bench_args(run, extra)])
+        job = run.job(name, [*command, "--no-progress", *_bench_args(run, name)])
         run_jobs([job], limit)
         result = {"status": job.status(), "file": run.file("bench").name, "jobs": [job.record()]}
         source = out / "bench.json"
@@ -544,15 +557,15 @@ def _pytest_summary(text: str) -> str | None:
 PARTS = (
     Part(
         "bench",
-        "cvae bench: every path, the first batch sizes",
-        {"gpu": 110, "smoke": 150},
-        _bench_part(extra=False),
+        "cvae bench: every path at batch 1 and 4096",
+        {"gpu": 90, "smoke": 150},
+        _bench_part("bench"),
         minimum_s=40,
     ),
     Part(
         "bf16",
         "step_time.py: float32 against bfloat16",
-        {"gpu": 50, "smoke": 120},
+        {"gpu": 60, "smoke": 120},
         _figures_part("step_time", _bf16_args, "step_time.py"),
     ),
     Part(
@@ -574,10 +587,17 @@ PARTS = (
         _figures_part("roof_gap", _roof_args, "roof_gap.py"),
     ),
     Part(
-        "bench_extra",
-        "cvae bench: every path, the other batch sizes",
-        {"gpu": 80, "smoke": 150},
-        _bench_part(extra=True),
+        "bench_2",
+        "cvae bench: every path at batch 8 and 256",
+        {"gpu": 70, "smoke": 150},
+        _bench_part("bench_2"),
+        minimum_s=40,
+    ),
+    Part(
+        "bench_3",
+        "cvae bench: every path at batch 64 and 1024",
+        {"gpu": 70, "smoke": 150},
+        _bench_part("bench_3"),
         minimum_s=40,
     ),
 )

@@ -8,15 +8,16 @@
 # On a machine whose JAX sees an NVIDIA GPU it prints the device, then runs, each part in
 # processes of its own under a time limit (benchmarks/gpu.py does the work):
 #
-#   bench          cvae bench, every implementation and path, batch 1, 256, 4096: step time and
+#   bench          cvae bench, every implementation and path, batch 1 and 4096: step time and
 #                  ratio to pure JAX, compile time (trace, lower, compile), per-call overhead (an
 #                  empty step), the epoch as one call, FLOPs against an 8192 matmul roof, pure
 #                  JAX's data-parallel mechanisms on the devices present
-#   bf16           benchmarks/step_time.py: float32 against bfloat16, batch 256 and 4096
+#   bf16           benchmarks/step_time.py: float32 against bfloat16, batch 4096 and 256
 #   dispatch       benchmarks/dispatch.py: what one call costs at batch 1 (loop, scan, identity)
 #   data_parallel  benchmarks/data_parallel.py: every implementation and mechanism, devices present
 #   roof           benchmarks/roof_gap.py: pure JAX's step and its parts against the roof
-#   bench_extra    cvae bench again at batch 8, 64, 1024, merged into the same file
+#   bench_2        cvae bench again at batch 8 and 256, merged into the same file
+#   bench_3        cvae bench again at batch 64 and 1024, merged into the same file
 #   suite          the conformance suite on the GPU, every implementation (see below)
 #
 # and writes, into --out, else $GPU_BENCH_OUT, else $OUT, else benchmarks/results/:
@@ -37,15 +38,20 @@
 # comes last, so that it takes whatever the benchmarks leave (at least 120 s are kept for it):
 #
 #   preflight       ~10 s     JAX starting on the GPU once, versions, nvidia-smi
-#   bench          <=110 s    ~22 programs compiled per batch size (5 fast paths, 5 empty steps,
-#                             5 scans, NNX's and Equinox's own paths, twice the cleared ones); on
-#                             two CPU cores each takes 1.2-1.8 s (benchmarks/results/bench_cpu.json),
-#                             ~30 s a batch size; 3 batch sizes and the data-parallel cases
-#   bf16            <=50 s    9 paths x 2 dtypes x 2 batch sizes, one compile each
+#   bench           <=90 s    ~24 programs compiled per batch size (5 fast paths, 5 empty steps,
+#                             5 scans, NNX's and Equinox's own paths, twice the cleared ones, the
+#                             roofs); on two CPU cores each takes 1.2-1.8 s
+#                             (benchmarks/results/bench_cpu.json): ~25-30 s a batch size, 2 batch
+#                             sizes, starting JAX and five frameworks, the data-parallel cases.
+#                             cvae bench writes its file at the end only, so it runs as three
+#                             runs of two batch sizes: one stopped by its limit loses only its own
+#   bf16            <=60 s    9 paths x 2 dtypes x 2 batch sizes, one compile each (~40 s);
+#                             written after each, 4096 first: stopped early, it keeps whole pairs
 #   dispatch        <=35 s    6 fast paths x (step, scan, identity) at batch 1
 #   data_parallel   <=40 s    5 implementations x (serial + pmap, sharded, shard_map) per count
 #   roof            <=35 s    11 programs of pure JAX's step and its parts, one process
-#   bench_extra     <=80 s    the other 3 batch sizes, run only if the suite keeps its 120 s
+#   bench_2         <=70 s    batch 8 and 256    } each only as far as the suite keeps its 120 s
+#   bench_3         <=70 s    batch 64 and 1024  }
 #   suite          <=330 s    the rest of the 450 s
 #
 # The suite: one passing implementation takes ~200 s on two CPU cores cold

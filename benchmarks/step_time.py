@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "batches": {},
     }
-    cases = [(b, d) for d in args.dtypes.split(",") for b in map(int, args.batch_sizes.split(","))]
+    # every dtype of a batch size together: a run stopped early keeps whole comparisons
+    cases = [(b, d) for b in map(int, args.batch_sizes.split(",")) for d in args.dtypes.split(",")]
     for b, dtype in cases:
         config = Config(model=ModelConfig(compute_dtype=dtype))
         x = jax.random.uniform(jax.random.key(1), (b, config.model.input_dim))

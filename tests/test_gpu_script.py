@@ -19,7 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu.sh"
-PARTS = ("preflight", "bench", "bf16", "dispatch", "data_parallel", "roof", "bench_extra", "suite")
+PARTS = ("preflight", "bench", "bf16", "dispatch", "data_parallel", "roof", "bench_2", "bench_3")
+PARTS += ("suite",)
 
 
 def load_gpu():
@@ -84,8 +85,9 @@ def test_the_smoke_run_goes_through_every_part_and_records_it(smoke):
     assert "pure_jax" in run["implementations"]
     assert stdout.startswith("device: cpu (cpu, 1 device(s)); jax ")
     assert set(run["parts"]) == set(PARTS)
+    assert run["parts"]["bench_3"]["status"] == "skipped"  # two runs are enough to merge
     for name, entry in run["parts"].items():
-        assert entry["status"] == "ok", (name, entry)
+        assert entry["status"] == "ok" or name == "bench_3", (name, entry)
         assert entry["seconds"] <= entry.get("limit_s", entry["seconds"]) + 15, (name, entry)
     assert run["duration_s"] <= run["budget_s"] and run["duration_s"] <= seconds
     assert not list(out.glob("*_gpu.json"))  # a smoke run never writes a GPU file
