@@ -774,7 +774,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # smoke run is its programs' compilation, which the cores share)
         with ThreadPoolExecutor(max_workers=SMOKE_WORKERS) as pool:
             for part in chosen:
-                pool.submit(run_part, run, part, part.limit_s[mode], started)
+                limit = min(part.limit_s[mode], run.left() - GRACE_S)
+                pool.submit(run_part, run, part, limit, started)
     else:
         for part in chosen:
             # every part but the suite leaves the suite its reserve; the suite takes the rest
