@@ -7,6 +7,7 @@ accuracy and diversity of one implementation trained at several latent sizes, pe
         [--train-size 8000] [--test-size 2000] [--impl pure_jax] [--seed 0] [--iw-samples 64]
         [--samples-dir docs/img]
     python benchmarks/latent_tradeoff.py --render [--out ...] [--doc docs/evaluation.md]
+        [--merge OTHER.json]
 
 Every run is what ``cvae train --data NAME --data-dir DIR --epochs E --latent-dim L`` does, every
 other flag at its default: the same initial parameters, batches, keys and training loop
@@ -25,6 +26,8 @@ For each data set with images larger than 8x8 a picture of generated mean images
 is written into ``--samples-dir`` (``latent_tradeoff_NAME.png``). ``--render`` (also done after a
 measurement) writes the table between the ``latent-tradeoff`` markers of ``--doc`` and the curve
 of accuracy against the bound (``latent_tradeoff.png`` beside the samples) from the result file.
+``--merge OTHER.json`` first appends the data sets of another measurement (say, more epochs of one
+data set) to the result file, each set keeping the command that measured it.
 """
 
 from __future__ import annotations
@@ -249,6 +252,7 @@ def measure(
                 "test_size": len(dataset.test),
                 "epochs": epochs,
                 "classifier": None,  # the evaluation's own account of it, from the first run
+                "command": result["command"],  # what measured this set
                 "runs": [],
             }
             result["sets"].append(entry)
@@ -290,6 +294,28 @@ def measure(
     return result
 
 
+def merge(out: Path, others: list[Path]) -> dict[str, Any]:
+    """``out`` with the data sets of ``others`` appended, each keeping the command that measured
+    it; refused where the implementation, seed, k or temperatures differ."""
+    result = json.loads(out.read_text())
+    for entry in result["sets"]:
+        entry.setdefault("command", result["command"])
+    for path in others:
+        other = json.loads(path.read_text())
+        for key in ("schema", "impl", "seed", "iw_samples", "temperatures"):
+            if other[key] != result[key]:
+                raise SystemExit(
+                    f"--merge {path}: {key} is {other[key]!r}, {out} has {result[key]!r}"
+                )
+        for entry in other["sets"]:
+            entry.setdefault("command", other["command"])
+            entry.pop("samples_picture", None)  # drawn elsewhere
+            same = [i for i, e in enumerate(result["sets"]) if e["data"] == entry["data"]]
+            result["sets"].insert(same[-1] + 1 if same else len(result["sets"]), entry)
+    _write(out, result)
+    return result
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -319,8 +345,10 @@ TITLES = {"digits": "bundled digits (8x8)", "mnist": "MNIST", "fashion_mnist": "
 
 def table(result: dict[str, Any]) -> str:
     temps = result["temperatures"]
+    commands = list(dict.fromkeys(e.get("command", result["command"]) for e in result["sets"]))
     lines = [
-        f"Measured by `{result['command']}` ({result['impl']}, seed {result['seed']}, k = "
+        f"Measured by {' and '.join(f'`{c}`' for c in commands)} ({result['impl']}, "
+        f"seed {result['seed']}, k = "
         f"{result['iw_samples']}, {result['machine']['cpu_count']} CPU cores, JAX "
         f"{result['versions']['jax']}); every row is `cvae train` at its defaults but for the "
         "data, the epochs and `--latent-dim` (the commands are in "
@@ -462,6 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--doc", type=Path, default=DOC, help="the page with the markers")
     parser.add_argument("--render", action="store_true", help="only render --out into --doc")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="append the data sets of another result file (same impl, seed, k) to --out",
+    )
     args = parser.parse_args(argv)
     if not args.render:
         measure(
@@ -477,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             argv=argv,
         )
         print(f"wrote {args.out}")
+    if args.merge:
+        merge(args.out, args.merge)
     render(json.loads(args.out.read_text()), args.doc, args.samples_dir / CURVE_FILE)
     print(f"rendered {args.doc}")
     return 0

@@ -71,3 +71,19 @@ def test_smoke_measurement_and_render(script, tmp_path):
     assert "| bundled digits (8x8), 1,437 train / 360 test, 1 epoch | 2 |" in table
     # only the text between the markers changed
     assert head == doc.split(script.BEGIN, 1)[0] and tail == doc.split(script.END, 1)[1]
+
+    # --merge appends another measurement's sets, each keeping its command
+    other = json.loads(out.read_text())
+    other["command"] = "python benchmarks/latent_tradeoff.py --set digits:2"
+    del other["sets"][0]["command"]
+    other["sets"][0]["epochs"] = 2
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    merged = script.merge(out, [tmp_path / "other.json"])
+    assert [e["epochs"] for e in merged["sets"]] == [1, 2]
+    assert merged["sets"][1]["command"] == other["command"]
+    assert json.loads(out.read_text()) == merged
+    assert f"and `{other['command']}`" in script.table(merged)
+    other["seed"] = 1
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="seed"):
+        script.merge(out, [tmp_path / "other.json"])
