@@ -93,9 +93,8 @@ class _State:
         self.first_layer = bool(config.getoption("first_layer")) or _env_flag("CVAE_FIRST_LAYER")
         self.full_optimization = (
             bool(config.getoption("full_optimization"))
-            or bool(config.getoption("thorough"))
             or _env_flag("CVAE_FULL_OPTIMIZATION")
-            or os.environ.get("CVAE_HYPOTHESIS_PROFILE", "").strip() == "thorough"
+            or _profile_name(config) == "thorough"
         )
         # implementation -> check -> outcome (the report's ``results``)
         self.results: dict[str, dict[str, str]] = {}
@@ -106,6 +105,15 @@ class _State:
         self.cache_dir: str | None = None  # JAX's persistent compilation cache, where used
         self.cache_before: dict = {}  # JAX's settings of it before the session
         self.last_of_module: set | None = None  # see _last_of_their_module
+
+
+def _profile_name(config: pytest.Config) -> str:
+    """The hypothesis profile the suite's property tests run under: hypothesis's own
+    ``--hypothesis-profile``, else ``--thorough``, else the environment, else ``ci``."""
+    named = config.getoption("hypothesis_profile", None)
+    name = named or ("thorough" if config.getoption("thorough") else None)
+    name = name or os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
+    return name or "ci"
 
 
 def _env_flag(name: str) -> bool:
@@ -463,9 +471,7 @@ def _apply_suite_settings(config: pytest.Config, items: list[pytest.Item]) -> No
     from cvae_rosetta.conformance import strategies
 
     named = config.getoption("hypothesis_profile", None)
-    name = named or ("thorough" if config.getoption("thorough") else None)
-    name = name or os.environ.get("CVAE_HYPOTHESIS_PROFILE") or os.environ.get("HYPOTHESIS_PROFILE")
-    name = name or "ci"
+    name = _profile_name(config)
     # static settings (shapes, loss, optimiser) from the pool under ci, drawn freely otherwise
     strategies.draw_settings_from_pool(name == "ci")
     if named is not None:
