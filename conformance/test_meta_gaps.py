@@ -9,6 +9,10 @@ float64 NumPy reference of ``cvae_rosetta.conformance.reference``.
   brings the gradient down to Adam's ``eps`` can.
 - Later steps: the first step of a fresh Adam equals the first step of an Adam whose state never
   advances; only the second and later steps tell them apart.
+
+Both check the optimiser's arithmetic, not the step's tracing, so they run the step jitted (one
+compiled program per optimiser setting; run eagerly, every small operation of the update compiles
+on its own). That the jitted step is the eager one is a check of the ``jit`` layer.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def test_clipping_is_applied_before_adam(impl):
     optim = OptimConfig(clip_norm=1e-6)
     config = CONFIG.replace(optim=optim)
     key = jax.random.key(25)
-    state, _ = impl.train_step(impl.from_canonical(suite_params(42), config), batch, key)
+    state, _ = jax.jit(impl.train_step)(impl.from_canonical(suite_params(42), config), batch, key)
     got = impl.to_canonical(state)
 
     eps = spec_noise(key, B, MODEL.latent_dim)
@@ -112,12 +116,13 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
     lr = optim.learning_rate
     params = copy_to_host(suite_params(42))
     state = impl.from_canonical(suite_params(42), config)
+    step = jax.jit(impl.train_step)
     ref_state = None  # the spec's optimiser's, carried along (fresh at the first step)
     squares = jax.tree.map(lambda p: np.zeros(p.shape), params)  # sum of squared clipped grads
     for t in range(STEPS):
         batch, key = suite_batch(60 + t), jax.random.key(70 + t)
         before = copy_to_host(impl.to_canonical(state))
-        state, _ = impl.train_step(state, batch, key)
+        state, _ = step(state, batch, key)
         got = impl.to_canonical(state)
 
         eps = spec_noise(key, B, MODEL.latent_dim)
