@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -182,6 +182,43 @@ def copy_to_host(tree: Any) -> Any:
     """``tree`` as NumPy arrays of their own (never views of a device buffer): what the caller
     held, to compare with after the implementation had its arrays."""
     return jax.tree.map(lambda leaf: np.array(leaf, copy=True), tree)
+
+
+class Probe(NamedTuple):
+    """Everything an implementation computes from canonical parameters, in one compiled program."""
+
+    mean: jax.Array
+    logvar: jax.Array
+    logits: jax.Array  # decode of the given latents
+    loss: jax.Array
+    metrics: dict
+    grads: Any  # d loss / d canonical parameters, through from_canonical
+    stepped_state: Any  # the state after one train_step from the parameters
+    stepped: Any  # its canonical parameters
+    step_metrics: dict
+
+
+def _probe(impl, params, batch: Batch, z, key, config: Config) -> Probe:
+    state = impl.from_canonical(params, config)
+    mean, logvar = impl.encode(state, batch.x, batch.c)
+    logits = impl.decode(state, z, batch.c)
+
+    def loss_of(p):
+        return impl.loss(impl.from_canonical(p, config), batch, key)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+    stepped, step_metrics = impl.train_step(impl.from_canonical(params, config), batch, key)
+    canonical = impl.to_canonical(stepped)
+    return Probe(mean, logvar, logits, loss, metrics, grads, stepped, canonical, step_metrics)
+
+
+@functools.cache
+def probe(impl) -> Callable[..., Probe]:
+    """``probe(impl)(params, batch, z, key, config=...)``: the forward pass, the loss, its
+    gradient and one step, jitted (``config`` static). The numerics modules share it, so a setting
+    that two of them check (the suite's model in float32 or bfloat16 with the Bernoulli loss) is
+    compiled once, and a training run's programs are jitted too."""
+    return jax.jit(functools.partial(_probe, impl), static_argnames="config")
 
 
 # --- messages that name what was seen and what the spec says -------------------------------------

@@ -60,6 +60,7 @@ from cvae_rosetta.conformance.common import (
     fresh,
     loss_axes,
     mismatch,
+    probe,
     spec_noise,
     suite_batch,
     suite_params,
@@ -117,34 +118,19 @@ def config_of(dtype: str, kind: str) -> Config:
     return Config(model=MODEL.replace(compute_dtype=dtype), loss=LossConfig(kind=kind))
 
 
-def _probe(impl, params, batch, key, config):
-    """Loss and metrics, d loss / d canonical params (through from_canonical), and one step."""
-
-    def loss_of(p):
-        return impl.loss(impl.from_canonical(p, config), batch, key)
-
-    (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
-    state, step_metrics = impl.train_step(impl.from_canonical(params, config), batch, key)
-    return loss, metrics, grads, impl.to_canonical(state), step_metrics
-
-
-@functools.cache
-def _compiled(impl):
-    return jax.jit(functools.partial(_probe, impl), static_argnames="config")
-
-
 @functools.cache
 def outcome(impl, dtype: str, kind: str, edge: str) -> tuple:
     """What the implementation computes at the edge, as NumPy arrays (cached: every check of a
-    case reads one call; compiled once per implementation, loss kind and compute dtype)."""
-    params = edge_params(edge)
-    out = _compiled(impl)(
-        fresh(params),
+    case reads one call; compiled once per implementation, loss kind and compute dtype, and shared
+    with ``test_precision`` where its settings are these)."""
+    out = probe(impl)(
+        fresh(edge_params(edge)),
         suite_batch(7),
+        jax.random.normal(jax.random.key(3), (B, MODEL.latent_dim)),
         jax.random.key(11),
         config=config_of(dtype, kind),
     )
-    return jax.device_get(out)
+    return jax.device_get((out.loss, out.metrics, out.grads, out.stepped, out.step_metrics))
 
 
 @functools.cache

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import MODEL, B, suite_batch, suite_params
+from cvae_rosetta.conformance.common import MODEL, B, probe, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 
 # numerics as a training run compiles them: XLA's full optimisation for every program here
@@ -110,31 +110,23 @@ def run(impl, model_name: str, dtype: str) -> Run:
     """Cached: every test of this module, and every pair, reuses one run per implementation.
 
     Compiled as one function (what training runs is jitted too, and one compilation costs less
-    than the many small ones of an eager pass).
+    than the many small ones of an eager pass), the one ``test_edges`` compiles for the suite's
+    model.
     """
     model = MODELS[model_name]
-    config = config_of(model_name, dtype)
     params = suite_params(42, model)
-    batch = suite_batch(7, B, model)
-    z = jax.random.normal(jax.random.key(3), (B, model.latent_dim))
-    key = jax.random.key(11)
-
-    @jax.jit
-    def compute(params, batch, z, key):
-        state = impl.from_canonical(params, config)
-        mean, logvar = impl.encode(state, batch.x, batch.c)
-        logits = impl.decode(state, z, batch.c)
-
-        def loss_of(p):
-            return impl.loss(impl.from_canonical(p, config), batch, key)
-
-        (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
-        stepped, step_metrics = impl.train_step(impl.from_canonical(params, config), batch, key)
-        return mean, logvar, logits, loss, metrics, grads, stepped, step_metrics
-
-    *outputs, stepped, step_metrics = compute(params, batch, z, key)
-    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stepped)
-    return Run(params, *outputs, impl.to_canonical(stepped), step_metrics, shapes)
+    out = probe(impl)(
+        params,
+        suite_batch(7, B, model),
+        jax.random.normal(jax.random.key(3), (B, model.latent_dim)),
+        jax.random.key(11),
+        config=config_of(model_name, dtype),
+    )
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), out.stepped_state)
+    return Run(
+        params, out.mean, out.logvar, out.logits, out.loss, out.metrics, out.grads, out.stepped,
+        out.step_metrics, shapes,
+    )  # fmt: skip
 
 
 # --- helpers --------------------------------------------------------------------------------------

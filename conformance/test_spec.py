@@ -554,13 +554,15 @@ def test_step_traces_once_for_equal_configs(impl, params, batch):
         traces.append(1)
         return impl.train_step(state, batch, key)
 
+    # Traced, not compiled: jit's trace cache answers the question, and each output state (as
+    # shapes and dtypes, with its static parts) goes into the next call as a real step's would.
     step = jax.jit(counted)
     state = impl.from_canonical(params, CONFIG)
     for t in range(3):
-        state, _ = step(state, batch, jax.random.key(t))
-    # a state rebuilt from an equal (not identical) config must hit the same compiled step
+        state, _ = step.trace(state, batch, jax.random.key(t)).out_info
+    # a state rebuilt from an equal (not identical) config must hit the same traced step
     again = impl.from_canonical(suite_params(42), Config.from_dict(CONFIG.to_dict()))
-    step(again, suite_batch(99), jax.random.key(5))
+    step.trace(again, suite_batch(99), jax.random.key(5))
     assert len(traces) == 1, (
         f"a jitted train_step traced {len(traces)} times for 4 calls with equal configs and "
         "shapes; the spec's traces once (the state's static parts must compare equal from step "
