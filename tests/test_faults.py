@@ -194,6 +194,24 @@ def test_sigterm_while_training_stops_at_a_checkpoint_with_status_143(references
     assert_same_run(out, references("pure_jax"))
 
 
+def test_sigterm_from_another_process_after_checkpoints_stops_with_status_143(references, tmp_path):
+    """As a scheduler sends it: from outside, to the run's own process, at a step of its choosing
+    once checkpoints are written. (A TERM sent to a shell that runs cvae train as its child ends
+    the shell, status 143, and never reaches the run, which goes on: docs/checkpoints.md.)"""
+    out = tmp_path / "run"
+    status, lost, stderr = signal_after_step(
+        fault_args("pure_jax", out), out, 2 * EVERY + 1, signal.SIGTERM
+    )
+    assert status == 143, stderr
+    line = stopped_line(stderr)
+    assert line.endswith(f"checkpoint written; go on with: cvae train --resume {out}"), line
+    step = int(re.search(r"stopped by SIGTERM at step (\d+) ", line).group(1))
+    assert step > 2 * EVERY and committed(out)[-1] == step  # after two checkpoints at least
+    assert lost == 0 and "Traceback" not in stderr
+    assert go_on(out) == 0
+    assert_same_run(out, references("pure_jax"))
+
+
 def test_sigterm_in_the_final_evaluation_stops_and_the_resume_writes_it(references, tmp_path):
     """Before this change the default action killed the process (-15), saying nothing."""
     out = tmp_path / "run"
