@@ -6,11 +6,12 @@ The layers, lowest first (each imports only the ones above it in this list):
 - ``cvae_rosetta.spec``: the contract an implementation needs (model pieces, loss, optimiser,
   canonical parameters, config, validation, errors, train state, the protocol and its loader, the
   data-parallel wrappers the suite checks). It imports nothing else of the project.
-- ``cvae_rosetta.files``: atomic writes that respect the umask, used by every writer.
+- ``cvae_rosetta.files``: atomic writes that respect the umask, used by every writer (it imports
+  nothing of the project).
 - ``cvae_rosetta.impls``: one module per framework (spec only).
 - ``cvae_rosetta.conformance``: the suite, a pytest plugin (spec and files only).
 - ``cvae_rosetta.app``: the application: data, trainer, checkpoints, evaluation, inference, export,
-  serving, pictures, the run directory, and :func:`cvae_rosetta.app.run.train_and_evaluate`.
+  serving, pictures, the run directory, and :func:`cvae_rosetta.app.train.train_and_evaluate`.
 - ``cvae_rosetta.bench``: the benchmark harness.
 - ``cvae_rosetta.cli``: the ``cvae`` command, which only parses arguments; nothing imports it.
 """

@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from cvae_rosetta import files
 from cvae_rosetta.conformance.meta_tests import broken
 from cvae_rosetta.conformance.meta_tests.runner import SuiteRun, label_of, run_suites
 
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = dict(done)
     text, ok = render(reference, runs)
     if args.out:
-        args.out.write_text(text)
+        files.write_text(args.out, text)
         print(f"wrote {args.out}")
     else:
         sys.stdout.write(text)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import cvae_rosetta.conformance as conformance
+from cvae_rosetta import files
 from cvae_rosetta.conformance import layers
 
 # Per target of a session (a session's bound is this times its number of targets); the whole suite
@@ -105,7 +106,7 @@ class SuiteRun:
 
     def save(self, path: Path, **extra) -> None:
         data = dataclasses.asdict(self) | extra
-        path.write_text(json.dumps(data, indent=1) + "\n")
+        files.write_json(path, data, indent=1)
 
     @classmethod
     def load(cls, path: Path) -> SuiteRun:
