@@ -9,8 +9,10 @@ runs skip the final evaluation and pictures (:func:`fast_outputs`; tested elsewh
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -256,3 +258,67 @@ def signal_after_step(
     time.sleep(delay)
     status, stderr = kill(process, sig)
     return status, lost_steps(run_dir), stderr
+
+
+def stopped_line(stderr: str) -> str:
+    """The one line a run stopped by a signal prints: where it stopped and how to go on."""
+    [line] = [line for line in stderr.splitlines() if " stopped by " in line]
+    return line
+
+
+def stopped_step(stderr: str) -> int:
+    """The step that line names."""
+    line = stopped_line(stderr)
+    found = re.search(r" at (?:step|the last step,) (\d+)", line)
+    assert found, line
+    return int(found.group(1))
+
+
+def second_writer(holder: subprocess.Popen, run_dir: Path, *args: str) -> tuple[int, str, bool]:
+    """``cvae train ARGS`` in this process, on ``run_dir`` while ``holder`` writes it: its exit
+    status, what it printed on stderr, and whether every file of ``run_dir`` (but the lock's) is as
+    it was. ``holder`` is frozen (SIGSTOP) meanwhile, so that only the second writer could change
+    a file, and let go on (SIGCONT) after."""
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        before = snapshot(run_dir)
+        printed = io.StringIO()
+        with contextlib.redirect_stderr(printed):
+            status = train(*args)
+        return status, printed.getvalue().strip(), snapshot(run_dir) == before
+    finally:
+        holder.send_signal(signal.SIGCONT)
+
+
+# a run of two processes under jax.distributed, one device each, long enough to be signalled
+TWO_PROCESSES = [
+    *("--impl", "pure_jax", *TINY, "--epochs", "200", "--data-parallel", "sharded"),
+    *("--devices", "2", "--checkpoint-every", "40"),
+]
+
+
+def term_one_process_of_two(run_dir: Path, after_step: int = 40) -> tuple[int, str]:
+    """``cvae launch`` of :data:`TWO_PROCESSES` into ``run_dir``; SIGTERM to process 1 alone once
+    metrics.jsonl holds ``after_step`` (process 0 writes it); the launcher's status and stderr."""
+    args = ["train", *TWO_PROCESSES, "--out", str(run_dir)]
+    launch = ["launch", "--num-processes", "2", "--timeout", str(WAIT), "--", *args]
+    launcher = start(launch, run_dir.parent, new_session=True)
+    try:
+        wait_for(launcher, lambda: last_recorded_step(run_dir) >= after_step, f"step {after_step}")
+        os.kill(process_of(launcher.pid, 1), signal.SIGTERM)
+        return finish(launcher)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.communicate()
+
+
+def process_of(launcher: int, process_id: int) -> int:
+    """The pid of ``--process-id PROCESS_ID`` among the children of ``cvae launch``."""
+    found = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
+    wanted = str(process_id).encode()
+    for pid in found.stdout.split():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"--process-id" in command and command[command.index(b"--process-id") + 1] == wanted:
+            return int(pid)
+    raise AssertionError(f"no process {process_id} among the children of {launcher}")

@@ -4,16 +4,18 @@ signal) and end, bit for bit, where an uninterrupted run ends.
 
 - SIGKILL at random points (in the middle of a save, and after a random step) of runs of pure JAX,
   of another framework, and of pure JAX data-parallel over two host devices;
-- SIGTERM while starting, while resuming, while training, in the final evaluation, and sent to one
-  process of two under ``jax.distributed``;
+- SIGTERM while starting, while resuming, while training (sent in a save, and from another process
+  after a random step), in the final evaluation, and sent to one process of two under
+  ``jax.distributed``;
 - a second writer on the same run directory;
 - a full disk and a quota (a save or a metrics record that fails as the file system would);
 - a truncated and a bit-flipped latest checkpoint.
 
 A signal or a fault is injected at a known point by a few lines of Python run before the CLI in
 the child process (``run_helpers.start(driver=...)``). ``tox -e faults`` runs this file (two forced
-host devices, every framework installed) in under four minutes on two cores;
-``benchmarks/fault_report.py`` runs a larger sweep and counts what it costs.
+host devices, every framework installed) and the faults test of ``test_schedule.py``, 15 tests, in
+about two minutes of pytest on two cores; ``benchmarks/fault_report.py`` runs a larger sweep and
+counts what it costs. The runs, signals and second writers both use are in ``run_helpers.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,6 @@ from run_helpers import (
     INSTALLED,
     TINY,
     TOTAL,
-    WAIT,
     assert_same_run,
     committed,
     corrupt,
@@ -47,8 +47,12 @@ from run_helpers import (
     lost_steps,
     resume_args,
     resumes,
+    second_writer,
     signal_after_step,
     start,
+    stopped_line,
+    stopped_step,
+    term_one_process_of_two,
     tmp_of,
     train,
     wait_for,
@@ -106,11 +110,6 @@ def injected(where: str, action: str, *, times: int = 1) -> str:
 
 
 TERM_SELF = "os.kill(os.getpid(), signal.SIGTERM)"
-
-
-def stopped_line(stderr: str) -> str:
-    [line] = [line for line in stderr.splitlines() if " stopped by " in line]
-    return line
 
 
 # --- SIGKILL at random points --------------------------------------------------------------------
@@ -231,36 +230,13 @@ def test_sigterm_to_one_process_of_two_stops_both_after_the_same_step(tmp_path):
     """Under jax.distributed the signal reaches process 1 only. Before this change neither process
     handled it: process 1 died (-15) and process 0 lost every step since its last checkpoint."""
     out = tmp_path / "run"
-    args = ["--impl", "pure_jax", *TINY, "--epochs", "200", *SHARDED[:2], "--devices", "2"]
-    args += ["--checkpoint-every", "40", "--out", str(out)]
-    launch = ["launch", "--num-processes", "2", "--timeout", str(WAIT), "--", "train", *args]
-    launcher = start(launch, tmp_path, new_session=True)
-    try:
-        wait_for(launcher, lambda: last_recorded_step(out) >= 40, "step 40")
-        second = _process_one_of(launcher.pid)
-        os.kill(second, signal.SIGTERM)
-        status, stderr = finish(launcher)
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.communicate()
+    status, stderr = term_one_process_of_two(out, after_step=40)
     assert status == 143, stderr
-    line = stopped_line(stderr)
-    step = int(re.search(r"at step (\d+) ", line).group(1))
-    assert step % checkpoint.AGREE_EVERY == 0 or step % 8 == 0, line  # an agreement point
+    step = stopped_step(stderr)
+    assert step % checkpoint.AGREE_EVERY == 0 or step % 8 == 0, stderr  # an agreement point
     assert committed(out)[-1] == step and last_recorded_step(out) == step
     assert checkpoint.latest_of_run(out).step == step  # intact, and --resume goes on from it
     assert "Traceback" not in stderr
-
-
-def _process_one_of(launcher: int) -> int:
-    """The pid of ``--process-id 1`` among the launcher's children."""
-    found = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
-    for pid in found.stdout.split():
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"--process-id" in command and command[command.index(b"--process-id") + 1] == b"1":
-            return int(pid)
-    raise AssertionError(f"no process 1 among the children of {launcher}")
 
 
 # --- a second writer -----------------------------------------------------------------------------
@@ -274,17 +250,16 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_taken_over(
     first = start(fault_args("pure_jax", out), tmp_path, slow="2:600")  # holds in its second save
     try:
         wait_for(first, lambda: tmp_of(out / "checkpoints", 6), "the save of step 6")
-        before = committed(out)
-        assert train("--resume", str(out), "--no-progress") == 2
-        err = capsys.readouterr().err.strip()
+        status, err, unchanged = second_writer(first, out, "--resume", str(out), "--no-progress")
+        assert status == 2 and unchanged
         assert re.fullmatch(
             rf"cvae: error: --resume: expected a run directory no other process is writing, got "
             rf"{re.escape(str(out))}, held by pid {first.pid} on \S+ since \S+ \(train\)",
             err,
         ), err
-        assert train(*TINY, "--out", str(out), "--overwrite") == 2
-        assert f"held by pid {first.pid}" in capsys.readouterr().err
-        assert committed(out) == before == [3]
+        status, err, unchanged = second_writer(first, out, *TINY, "--out", str(out), "--overwrite")
+        assert status == 2 and unchanged and f"held by pid {first.pid}" in err
+        assert committed(out) == [3]
     finally:
         status, _ = kill(first)
     assert status == -signal.SIGKILL
