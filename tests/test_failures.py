@@ -2,7 +2,9 @@
 (more of those, injected into whole runs and resumed, in ``test_faults.py``).
 
 The non-finite runs use a small implementation written here (``poisoned``: pure JAX with a NaN
-injected into one chosen step's gradient or loss), so the step where things go wrong is known.
+injected into one chosen step's gradient or loss), so the step where things go wrong is known. The
+NaN is injected in its ``grads_fn``, the first half of its ``train_step`` as in every built-in:
+the trainer runs that half, then ``apply_gradients``, to log the gradient's norm.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ def _poison(state, value, at):
 
 def grads_with_a_nan(state, batch, eps):
     grads, metrics = pure_jax.compute_grads(state, batch, eps)
+    metrics = {{**metrics, "loss": _poison(state, metrics["loss"], {loss_step})}}
     return jax.tree.map(lambda g: _poison(state, g, {grad_step}), grads), metrics
 
 
 def train_step(state, batch, eps):
     grads, metrics = grads_with_a_nan(state, batch, eps)
-    metrics = {{**metrics, "loss": _poison(state, metrics["loss"], {loss_step})}}
     return state.apply_gradients(grads), metrics
 
 

@@ -4,7 +4,8 @@ wording of its final lines, through the CLI.
 The event files are read back with tensorboardX's own protobufs (TFRecord framing, then
 ``event_pb2.Event``), with TensorBoard's purge rule applied (a ``SessionLog.START`` at step ``s``
 hides every earlier event at a step >= ``s``), and checked against ``metrics.jsonl``: the same tags
-at the same steps with the same (float32) values.
+at the same steps with the same (float32) values. The gradient norm of step 1 is checked against
+one computed here from the run's first batch.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ import json
 import struct
 from pathlib import Path
 
+import jax
 import numpy as np
+import optax
 import pytest
 from PIL import Image
 from run_helpers import INSTALLED, TINY, TOTAL, train
 
 from cvae_rosetta.cli import main
 
-STEP_TAGS = ("train/loss", "train/recon", "train/kl", "train/learning_rate")
+STEP_TAGS = ("train/loss", "train/recon", "train/kl", "train/learning_rate", "train/grad_norm")
+# each implementation where its framework is installed (tox: flax_nnx, equinox, cross)
+NEEDS = {"flax_linen": "needs_flax", "flax_nnx": "needs_flax", "equinox": "needs_equinox"}
+IMPLEMENTATIONS = [
+    pytest.param(n, marks=[] if n == "pure_jax" else getattr(pytest.mark, NEEDS.get(n, "cross")))
+    for n in INSTALLED
+]
 EPOCH_TAGS = tuple(f"epoch/{k}_{n}" for k in ("train", "test") for n in ("loss", "recon", "kl"))
 
 
@@ -82,6 +91,33 @@ def assert_events_match_metrics(run: Path) -> None:
         assert all(g.shape[2] == 3 and g.dtype == np.uint8 and g.std() > 0 for g in grids.values())
 
 
+def assert_grad_norm_is_the_gradients(run: Path) -> None:
+    """Step 1's ``grad_norm`` is the global norm of the raw gradient of the run's first batch:
+    the implementation's ``grads_fn`` on the initial state, batch and noise that the run's seed
+    gives (SPEC section 3), not the clipped gradient's norm nor the update's."""
+    from cvae_rosetta.app import data
+    from cvae_rosetta.app.trainer import RunKeys
+    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.spec.config import Config
+    from cvae_rosetta.spec.model import noise, step_key
+    from cvae_rosetta.spec.validation import Batch
+
+    stored = json.loads((run / "config.json").read_text())
+    config = Config.from_dict(stored["config"])
+    impl = protocol.load(stored["impl"])
+    keys = RunKeys.from_seed(config.train.seed)
+    b = config.data.batch_size
+    batches = data.EpochBatches(data.load(config.data).train, b, config.data.remainder)
+    xs, cs = batches.epoch(jax.random.fold_in(keys.shuffle, 0))
+    eps = noise(step_key(keys.train, 0), b, config.model.latent_dim)
+    grads, _ = jax.jit(impl.grads_fn)(impl.init(keys.init, config), Batch(xs[0], cs[0]), eps)
+    want = float(optax.tree.norm(grads))
+    assert want > 1.1 * config.optim.clip_norm, "a norm the clipped gradient's could not match"
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1
+    np.testing.assert_allclose(first["grad_norm"], want, rtol=1e-5, err_msg=str(run))
+
+
 # --- the event files -----------------------------------------------------------------------------
 
 
@@ -99,11 +135,12 @@ def test_a_run_writes_tensorboard_events_that_match_metrics_jsonl(tmp_path):
     assert [p.name for p in (out / "tb").iterdir()] == [p.name for p in (out / "tb").glob("ev*")]
 
 
-@pytest.mark.parametrize("name", INSTALLED)
+@pytest.mark.parametrize("name", IMPLEMENTATIONS)
 def test_every_implementation_writes_the_same_tags(tmp_path, name):
     out = tmp_path / "run"
     assert train("--impl", name, *TINY, "--epochs", "1", "--out", str(out)) == 0
     assert_events_match_metrics(out)
+    assert_grad_norm_is_the_gradients(out)
 
 
 @pytest.mark.parametrize("mechanism", ["pmap", "sharded", "shard_map"])
@@ -114,6 +151,29 @@ def test_every_data_parallel_mechanism_writes_them(tmp_path, mechanism):
     args = [*TINY, "--epochs", "1", "--data-parallel", mechanism, "--out", str(out)]
     assert train(*args) == 0
     assert_events_match_metrics(out)
+    assert_grad_norm_is_the_gradients(out)
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("mechanism", ["pmap", "sharded", "shard_map"])
+def test_the_gradient_norm_is_the_global_batchs_on_eight_devices(tmp_path, mechanism):
+    """The norm of the gradient averaged over the devices (a subprocess that arranges its own
+    eight host devices): the serial gradient's. Under
+    ``shard_map`` a gradient with respect to the replicated state comes back summed over the
+    devices unless the step makes the state each device's own, and then ``n`` times too long;
+    clipping and Adam hide that factor from the parameters, not from this check."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = ["train", *TINY, "--epochs", "1", "--data-parallel", mechanism, "--devices", "8"]
+    done = subprocess.run(
+        [sys.executable, "-m", "cvae_rosetta.cli", *args, "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert_events_match_metrics(out)
+    assert_grad_norm_is_the_gradients(out)
 
 
 def test_no_tensorboard_writes_none(tmp_path):
@@ -138,6 +198,7 @@ def test_tensorboard_is_written_by_process_0_only(tmp_path):
     assert done.returncode == 0, done.stderr
     assert len(list((out / "tb").iterdir())) == 1
     assert_events_match_metrics(out)
+    assert_grad_norm_is_the_gradients(out)  # after the all-reduce across the processes
 
 
 # --- the profiler trace --------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 What ``cvae train`` writes there, every value at its step (the x axis of every chart):
 
-- per step, the step's record of ``metrics.jsonl``: ``train/loss``, ``train/recon``, ``train/kl``
-  and ``train/learning_rate`` (one event per step);
+- per step, the step's record of ``metrics.jsonl``: ``train/loss``, ``train/recon``, ``train/kl``,
+  ``train/learning_rate`` and ``train/grad_norm`` (the gradient's global norm before clipping;
+  absent for an implementation without a ``grads_fn``), one event per step;
 - per epoch, at the step it ended: ``epoch/train_loss`` (and ``_recon``, ``_kl``: the epoch's
   means), ``epoch/test_loss`` (and ``_recon``, ``_kl``), ``epoch/steps_per_second`` (steps over
   training seconds since the previous epoch, evaluation excluded), and two images: ``samples``
@@ -100,7 +101,7 @@ class TensorBoardLog:
         """A record of ``metrics.jsonl``: its scalars at its step."""
         step = record["step"]
         if record["event"] == "step":
-            names = [*METRICS, "learning_rate"]
+            names = [*METRICS, "learning_rate", "grad_norm"]
             self._scalars(step, {f"train/{n}": record[n] for n in names if n in record})
             return
         values = {f"epoch/{k}_{n}": record[f"{k}_{n}"] for k in ("train", "test") for n in METRICS}

@@ -2,16 +2,19 @@
 
 Keys follow SPEC section 3: the key of step ``t`` is ``fold_in(run_key, t)``. The data stay on the
 device; each epoch is one on-device shuffle and gather, then one compiled call per step that slices
-its batch, derives its key and runs the implementation's ``train_step`` on a donated state. The
-test split is evaluated after every epoch with a fixed key, so evaluations are comparable across
-epochs and across implementations.
+its batch, derives its key and runs the implementation's step on a donated state (its
+``grads_fn`` then ``apply_gradients``, which is its ``train_step`` with the gradient in view, where
+it has one; its ``train_step`` otherwise). The test split is evaluated after every epoch with a
+fixed key, so evaluations are comparable across epochs and across implementations.
 
 A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch, the epoch's step
 metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
 ``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly the steps it would have
 taken uninterrupted and makes exactly the same records (``shared/app/checkpoint.py``).
 
-A step's record holds its metrics and the learning rate it was taken with (``optim.schedule``).
+A step's record holds its metrics, the learning rate it was taken with (``optim.schedule``) and,
+where the step sees the gradient (an implementation with a ``grads_fn``, in every data-parallel
+mode: ``parallel.epoch_step``), ``grad_norm``, the global norm of the gradient before clipping.
 ``profile`` traces chosen steps with ``jax.profiler`` (:class:`ProfileSteps`).
 """
 
@@ -325,9 +328,11 @@ def train(
                     "with debug_nans to find the first operation that made it"
                 )
             rate = float(rates[j])
+            # the norm of the step's gradient, where the step can see it (parallel.epoch_step)
+            seen = {"grad_norm": float(metrics["grad_norm"])} if "grad_norm" in metrics else {}
             record(
                 {"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values,
-                 "learning_rate": rate}
+                 "learning_rate": rate, **seen}
             )  # fmt: skip
             done.append(tuple(values[name] for name in METRICS))
 

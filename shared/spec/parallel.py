@@ -10,7 +10,8 @@ global batch, up to the order of floating-point sums.
   state replicated (``NamedSharding`` over ``jax.make_mesh``); XLA's partitioner inserts the
   all-reduce of the gradients. The implementation writes nothing for it.
 - ``shard_map``: the step written per device; ``lax.pmean`` averages the gradients and the metrics
-  explicitly before the update.
+  explicitly before the update (the replicated state is first cast to each device's own, or JAX
+  would already have summed its gradient over the devices: :func:`_per_device`).
 - ``pmap``: the same per-device step under ``jax.pmap`` with an axis name, the state stacked along
   a leading device axis (the style of the source guide and of many codebases; JAX runs ``pmap`` on
   ``shard_map`` since 0.8).
@@ -19,6 +20,14 @@ The per-device step needs the step cut in two at the all-reduce: an implementati
 ``compute_grads(state, batch, eps) -> (grads, metrics)`` (the ``grads_fn`` of its
 :class:`~cvae_rosetta.spec.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging
 per-device mean losses is the global mean because every device holds the same number of rows.
+
+The trainer's steps (:func:`epoch_step`) also report ``metrics["grad_norm"]``, the global norm of
+the step's gradient before clipping (after the average over devices): the per-device steps have
+the gradient in hand, and the serial and ``sharded`` steps run ``grads_fn`` and
+``state.apply_gradients`` (what every built-in's ``train_step`` is) where the implementation is an
+:class:`~cvae_rosetta.spec.protocol.Adapter` with a ``grads_fn``, and its ``train_step`` (no
+``grad_norm``) otherwise. :meth:`Plan.make_step`, the data-parallel ``train_step`` that the suite
+compares with the serial one and the benchmark times, returns ``train_step``'s metrics only.
 
 Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
 only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
@@ -35,12 +44,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from cvae_rosetta.spec.config import DATA_PARALLEL, Config
 from cvae_rosetta.spec.errors import ConfigError
 from cvae_rosetta.spec.model import noise, step_key
+from cvae_rosetta.spec.protocol import Adapter
 from cvae_rosetta.spec.validation import Batch, check_batch
 
 AXIS = "data"
@@ -67,6 +78,33 @@ def arrange_cpu_devices(count: int) -> None:
                 f"train.devices: expected at most {jax.device_count()} (JAX has already started "
                 f"with {jax.device_count()} device(s) in this process), got {count}"
             ) from None
+
+
+def grad_norm(grads: Any) -> jax.Array:
+    """The global norm of a gradient, as ``optax.clip_by_global_norm`` computes it before it
+    clips."""
+    return optax.tree.norm(grads)
+
+
+def serial_step(impl: Any, *, with_grad_norm: bool = False) -> Step:
+    """``(state, batch, key) -> (state, metrics)``: ``impl.train_step``, or, ``with_grad_norm``,
+    the same step cut at the gradient to add ``metrics["grad_norm"]``: ``grads_fn`` on the noise
+    and after the checks of the adapter's ``train_step``, then ``state.apply_gradients``. That cut
+    needs an :class:`Adapter` with a ``grads_fn`` and its own ``train_step``; any other
+    implementation runs its ``train_step``, without ``grad_norm``."""
+    if not (
+        with_grad_norm
+        and isinstance(impl, Adapter)
+        and impl.grads_fn is not None
+        and type(impl).train_step is Adapter.train_step
+    ):
+        return impl.train_step
+
+    def step(state, batch: Batch, key: jax.Array):
+        grads, metrics = impl.grads(state, batch, key)
+        return state.apply_gradients(grads=grads), {**metrics, "grad_norm": grad_norm(grads)}
+
+    return step
 
 
 def check_mechanism(mechanism: str, impl: Any) -> None:
@@ -189,29 +227,38 @@ class Plan:
 
     # --- the step --------------------------------------------------------------------------------
 
-    def per_device_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+    def per_device_step(
+        self, impl: Any, *, with_grad_norm: bool = False
+    ) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
         """``(state, batch rows, eps rows) -> (state, metrics)`` on one device: the gradient of its
-        rows, averaged over the ``"data"`` axis, then one update that is the same everywhere."""
+        rows, averaged over the ``"data"`` axis, then one update that is the same everywhere;
+        ``with_grad_norm``, the metrics also carry the averaged gradient's ``grad_norm``."""
         check_mechanism(self.mechanism, impl)
         grads_fn = impl.grads_fn
+        replicated = self.mechanism == "shard_map"  # pmap's stacked state is each device's own
 
         def step(state, batch: Batch, eps: jax.Array):
-            grads, metrics = grads_fn(state, batch, eps)
+            grads, metrics = grads_fn(_per_device(state) if replicated else state, batch, eps)
             grads, metrics = jax.lax.pmean((grads, metrics), AXIS)
+            if with_grad_norm:
+                metrics = {**metrics, "grad_norm": grad_norm(grads)}
             return state.apply_gradients(grads=grads), metrics
 
         return step
 
-    def global_step(self, impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
+    def global_step(
+        self, impl: Any, *, with_grad_norm: bool = False
+    ) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
         """``(state, global batch, key) -> (state, metrics)``, traceable (not yet jitted), for the
         ``none``, ``sharded`` and ``shard_map`` mechanisms; the batch's rows are split over the mesh
-        by the caller's input sharding."""
+        by the caller's input sharding. ``with_grad_norm``: the metrics also carry ``grad_norm``
+        where the step can see the gradient (always with ``shard_map``; see :func:`serial_step`)."""
         if self.mechanism in ("none", "sharded"):
-            return impl.train_step
+            return serial_step(impl, with_grad_norm=with_grad_norm)
         if self.mechanism != "shard_map":
             raise ValueError(f"{self.mechanism} has no global step; use make_step")
         local = jax.shard_map(
-            self.per_device_step(impl),
+            self.per_device_step(impl, with_grad_norm=with_grad_norm),
             mesh=self.mesh,
             in_specs=(P(), P(AXIS), P(AXIS)),
             out_specs=(P(), P()),
@@ -225,11 +272,15 @@ class Plan:
         return step
 
     def pmap_step(
-        self, impl: Any, wrap: Callable[[Callable], Callable] = lambda step: step
+        self,
+        impl: Any,
+        wrap: Callable[[Callable], Callable] = lambda step: step,
+        *,
+        with_grad_norm: bool = False,
     ) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
         """The ``pmap``-ed per-device step over a stacked state and ``[n, B/n, ...]`` inputs."""
         return jax.pmap(
-            wrap(self.per_device_step(impl)),
+            wrap(self.per_device_step(impl, with_grad_norm=with_grad_norm)),
             axis_name=AXIS,
             devices=self.devices,
             donate_argnums=0,
@@ -272,6 +323,17 @@ class Plan:
         return step
 
 
+def _per_device(tree: Any) -> Any:
+    """Each device's own copy of a tree replicated over the ``"data"`` axis (typed as varying over
+    it), so that a gradient with respect to it is the gradient of the device's rows alone. Under
+    ``shard_map`` the state comes in replicated (``P()``), and JAX sums the gradient with respect
+    to a replicated input over the devices (the transpose of replication is a ``psum``): without
+    this cast the ``pmean`` that follows would average ``n`` copies of ``n`` times the mean
+    gradient. (Global-norm clipping and Adam hide most of that factor from the parameters, not from
+    ``grad_norm``.)"""
+    return jax.tree.map(lambda leaf: jax.lax.pcast(leaf, AXIS, to="varying"), tree)
+
+
 def _first_device(tree: Any) -> Any:
     """Device 0's row of a pmap output (every row is the same after ``pmean``), read from that
     device's own buffer rather than by an indexing op over all the devices."""
@@ -307,10 +369,12 @@ def epoch_step(plan: Plan, impl: Any, *, debug_nans: bool = False) -> Callable[.
     """``(state, xs, cs, i, run_key, t) -> (state, metrics)`` for the trainer: batch ``i`` of the
     epoch's ``xs: [num_batches, B, D]``, key ``fold_in(run_key, t)``; the metrics also carry
     ``finite`` (see :func:`_with_finite`). Returns a function with ``lower(*args)`` like a
-    ``jax.jit`` object, so the trainer can compile it ahead and time it. ``debug_nans`` (serial
-    only) checkifies the step for NaNs: it then returns ``(error, (state, metrics))``."""
+    ``jax.jit`` object, so the trainer can compile it ahead and time it. The metrics carry
+    ``grad_norm`` too where the step can see the gradient (every mechanism for an implementation
+    with a ``grads_fn``; see :func:`serial_step`). ``debug_nans`` (serial only) checkifies the
+    step for NaNs: it then returns ``(error, (state, metrics))``."""
     if plan.mechanism == "pmap":
-        pstep = plan.pmap_step(impl, wrap=_with_finite)
+        pstep = plan.pmap_step(impl, wrap=_with_finite, with_grad_norm=True)
 
         def prepare(xs, cs, i, run_key, t, latent_dim):
             x, c = xs[i], cs[i]
@@ -320,7 +384,7 @@ def epoch_step(plan: Plan, impl: Any, *, debug_nans: bool = False) -> Callable[.
         # the blocks land straight on their devices, where the compiled pmap expects them
         return _PmapEpochStep(jax.jit(prepare, static_argnums=5, out_shardings=plan.rows()), pstep)
 
-    step = _with_finite(plan.global_step(impl))
+    step = _with_finite(plan.global_step(impl, with_grad_norm=True))
 
     def fn(state, xs, cs, i, run_key, t):
         return step(state, Batch(xs[i], cs[i]), step_key(run_key, t))

@@ -126,6 +126,11 @@ class Adapter:
     def train_step(self, state: Any, batch: Batch, key: jax.Array) -> tuple[Any, Metrics]:
         return self.train_step_fn(state, batch, self._noise(state, batch, key))
 
+    def grads(self, state: Any, batch: Batch, key: jax.Array) -> tuple[Any, Metrics]:
+        """``grads_fn`` on the noise :meth:`train_step` would draw for ``key``, after the same
+        checks: the first half of the step, for the trainer's serial step to see the gradient."""
+        return self.grads_fn(state, batch, self._noise(state, batch, key))
+
     def encode(self, state: Any, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
         model = state.config.model
         check_features(x, model.input_dim)
