@@ -23,8 +23,9 @@ the fast path), at every batch size, on the MNIST-sized model with synthetic dat
 - **FLOPs and memory**: ``compiled.cost_analysis()`` and ``compiled.memory_analysis()`` of the
   fast path; the process's peak RSS; GFLOP/s against a matmul roof measured in the same rounds on
   the same machine (a jitted f32 ``N x N @ N x N``, and the model's widest layer at each batch);
-- **data parallelism**: ``cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step`` (the step
-  ``cvae train`` runs) for every mechanism and device count, against the serial step;
+- **data parallelism**: ``cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step`` (the
+  mechanism's step as ``cvae train`` runs it, less the gradient norm the trainer also logs) for
+  every mechanism and device count, against the serial step;
 - every figure also as a ratio to pure JAX measured in the same run; versions, CPU, cores, XLA
   flags and the load average at the start, during and at the end.
 
