@@ -631,7 +631,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "parameters_stored_in_compute_dtype": ("edges", "the parameters rounded to bfloat16"),
     "compute_dtype_ignored": ("precision", "compute_dtype is ignored"),
     "uniform_init": ("shapes", "the spec's LeCun normal"),
-    "optimizer_state_not_advanced": ("step", "the optimiser state does not advance"),
+    "optimizer_state_not_advanced": ("later_steps", "the optimiser state does not advance"),
     "weight_decay_as_l2_loss": ("step", "an L2 penalty"),
     "gradient_clipping_missing": ("step", "without clip_by_global_norm"),
     "optimizer_rebuilt_every_step": ("jit", "traced 3 times"),
