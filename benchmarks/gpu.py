@@ -79,8 +79,9 @@ def version(name):
         return None
 
 devices = jax.devices()
-names = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "numpy", "optax", "flax",
-         "dm-haiku", "equinox", "orbax-checkpoint", "chex", "pytest", "hypothesis", "cvae-rosetta")
+names = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+         "jax-cuda13-pjrt", "numpy", "optax", "flax", "dm-haiku", "jmp", "equinox",
+         "orbax-checkpoint", "chex", "pytest", "hypothesis", "tensorboardX", "cvae-rosetta")
 memory = None
 try:
     memory = (devices[0].memory_stats() or {}).get("bytes_limit")
@@ -634,6 +635,13 @@ def nvidia_smi() -> str | None:
     return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
+def cuda_plugin(versions: dict[str, Any]) -> str | None:
+    """The CUDA plugin's version: JAX's CUDA 12 wheels, else its CUDA 13 ones (named so)."""
+    if versions.get("jax-cuda12-plugin") or not versions.get("jax-cuda13-plugin"):
+        return versions.get("jax-cuda12-plugin")
+    return f"{versions['jax-cuda13-plugin']} (jax-cuda13-plugin)"
+
+
 def choose_out(args: argparse.Namespace, smoke: bool) -> Path:
     """``--out``, else ``$GPU_BENCH_OUT``, else ``$OUT``, else ``benchmarks/results`` (a fresh
     temporary folder for a smoke run: its files never belong in the results)."""
@@ -732,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"device: {device['kind']} ({device['platform']}, {device['count']} device(s)); "
         f"jax {found['versions']['jax']}, jaxlib {found['versions']['jaxlib']}, "
-        f"cuda plugin {found['versions'].get('jax-cuda12-plugin')}; host "
+        f"cuda plugin {cuda_plugin(found['versions'])}; host "
         f"{found['host']['cpu_model']} ({found['host']['cpu_count']} cores); "
         f"implementations {', '.join(found['implementations'])}",
         flush=True,

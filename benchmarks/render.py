@@ -693,6 +693,11 @@ def _gpu_conditions(data: dict, run: dict) -> list[str]:
         for name in ("flax", "dm-haiku", "equinox", "optax")
         if versions.get(name)
     )
+    # JAX's CUDA 12 plugin, else its CUDA 13 one where only that is installed
+    cuda = next(
+        (n for n in ("jax-cuda12-plugin", "jax-cuda13-plugin") if versions.get(n)),
+        "jax-cuda12-plugin",
+    )
     parts = run.get("parts") or {}
     rows = [
         f"| {name} | {entry.get('what', '')} | {entry.get('status', '-')} | "
@@ -707,7 +712,7 @@ def _gpu_conditions(data: dict, run: dict) -> list[str]:
         + ")"
         + (f", `nvidia-smi`: {run['nvidia_smi']}" if run.get("nvidia_smi") else "")
         + f"; jax {versions.get('jax')}, jaxlib {versions.get('jaxlib')}, "
-        f"jax-cuda12-plugin {versions.get('jax-cuda12-plugin')}, {frameworks}; host "
+        f"{cuda} {versions.get(cuda)}, {frameworks}; host "
         f"{host.get('cpu_model')} ({host.get('cpu_count')} cores); started "
         f"{run.get('started')}, {_s(run.get('duration_s'))} s of a {_s(run.get('budget_s'))} s "
         "budget. Matmuls at JAX's default precision, the same for the steps and the roof (the "
