@@ -10,8 +10,7 @@ broken``) with ``--first-layer`` (the run stops each implementation at its first
 until the diagnosis. These run as a first run does, with the plugin's defaults: its persistent
 compilation cache in an empty folder of its own (each module reads back what earlier modules
 compiled). Each passing case also runs with every program fully optimised
-(``--full-optimization``), with nothing computed ahead in the plugin's second thread
-(``--no-compute-ahead``), without any cache (``--compilation-cache off``), and with a cache
+(``--full-optimization``), without any cache (``--compilation-cache off``), and with a cache
 filled by an unmeasured run first: what a repeated run on the same machine costs. Peak memory is
 the child's maximum resident set size. Figures are medians over ``--rounds``.
 
@@ -108,10 +107,6 @@ def measure(passing: list[str], bugs: list[str], rounds: int, use_cache: bool) -
     plan = [(name, "passing, first run", False, "empty", ()) for name in passing]
     plan += [
         (name, "passing, first run, fully optimised", False, "empty", full) for name in passing
-    ]
-    plan += [
-        (name, "passing, first run, nothing ahead", False, "empty", ("--no-compute-ahead",))
-        for name in passing
     ]
     plan += [(name, "passing, no compilation cache", False, "off", ()) for name in passing]
     if use_cache:

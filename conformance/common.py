@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -159,33 +158,12 @@ def fresh(tree: Any) -> Any:
     return jax.tree.map(copy, tree)
 
 
-def once(fn: Callable) -> Callable:
-    """``functools.cache`` for values two threads may ask for at the same time (the plugin computes
-    some checks' values ahead, in a second thread): a caller that comes to a value still being
-    computed waits for it instead of computing it again. A call that raises caches nothing; the
-    next caller computes it again and meets the error itself."""
-    values: dict = {}
-    locks: dict = {}
-    guard = threading.Lock()
-
-    @functools.wraps(fn)
-    def cached(*args):
-        with guard:
-            lock = locks.setdefault(args, threading.Lock())
-        with lock:
-            if args not in values:
-                values[args] = fn(*args)
-            return values[args]
-
-    return cached
-
-
-@once
+@functools.cache
 def _drawn_params(seed: int, model: ModelConfig) -> dict:
     return reference_params(jax.random.key(seed), model)
 
 
-@once
+@functools.cache
 def _drawn_batch(seed: int, b: int, model: ModelConfig) -> Batch:
     return make_batch(jax.random.key(seed), b, model)
 
@@ -234,7 +212,7 @@ def _probe(impl, params, batch: Batch, z, key, config: Config) -> Probe:
     return Probe(mean, logvar, logits, loss, metrics, grads, stepped, canonical, step_metrics)
 
 
-@once
+@functools.cache
 def probe(impl) -> Callable[..., Probe]:
     """``probe(impl)(params, batch, z, key, config=...)``: the forward pass, the loss, its
     gradient and one step, jitted (``config`` static). The numerics modules share it, so a setting

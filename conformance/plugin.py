@@ -66,7 +66,8 @@ PRECISION = "jax_default_matmul_precision"
 # each program once and runs it a few times, and compiling is most of a run's time), full under
 # --full-optimization, and full for the modules marked FULLY_OPTIMIZED on every backend but the
 # CPU. On the CPU, turning it off changes only LLVM's code generation, not the program XLA
-# optimises to (tests/test_plugin.py compares the two), so numerics there are the training run's.
+# optimises to (tests/test_optimization.py compares the two), so numerics there are the training
+# run's.
 OPTIMIZATIONS = "jax_disable_most_optimizations"
 FULLY_OPTIMIZED = "fully_optimized"
 SAME_PROGRAM_BACKENDS = ("cpu",)  # where most optimisations off leaves the optimised HLO as it is
@@ -116,11 +117,6 @@ class _State:
         self.cache_dir: str | None = None  # JAX's persistent compilation cache, where used
         self.cache_before: dict = {}  # JAX's settings of it before the session
         self.last_of_module: set | None = None  # see _last_of_their_module
-        self.compute_ahead = not config.getoption("no_compute_ahead") and os.environ.get(
-            "CVAE_COMPUTE_AHEAD", "1"
-        ).strip().lower() not in ("0", "false", "no", "off")
-        self.ahead: _Ahead | None = None  # the second thread, where one runs
-        self.held: dict | None = None  # JAX's settings before the session held the suite's
 
 
 def _profile_name(config: pytest.Config) -> str:
@@ -168,12 +164,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "does (by default most optimisations are off, and programs compile about twice as fast; "
         "off the CPU, the numerics modules compile fully optimised; also "
         "$CVAE_FULL_OPTIMIZATION=1 and --thorough)",
-    )
-    group.addoption(
-        "--no-compute-ahead",
-        action="store_true",
-        help="compute nothing ahead in a second thread: every check computes its own values when "
-        "it runs (also $CVAE_COMPUTE_AHEAD=0)",
     )
     group.addoption(
         "--compilation-cache",
@@ -555,41 +545,30 @@ def _jax_settings(item: pytest.Item):
       LLVM without optimisation, which rounds within the float32 tolerances the checks allow.
       Programs compiled either way are kept apart in every cache."""
     state = _state(item.config)
-    if state is None or not state.active or not _is_suite_item(item) or state.held is not None:
-        yield  # not the suite's, or the suite's settings are held for the whole session
-        return
-    before = _apply_settings(_wanted(state, marked=item.get_closest_marker(FULLY_OPTIMIZED)))
-    try:
+    if state is None or not state.active or not _is_suite_item(item):
         yield
-    finally:
-        _apply_settings(before)
-
-
-def _wanted(state: _State, *, marked) -> dict:
-    """JAX's settings for a check of the suite (``marked``: whether it is ``fully_optimized``)."""
+        return
     import jax
 
-    return {
+    values = getattr(jax.config, "values", {})
+    wanted = {
         PRECISION: "highest",
         OPTIMIZATIONS: not fully_optimized(
-            marked=marked is not None and marked is not False,
+            marked=item.get_closest_marker(FULLY_OPTIMIZED) is not None,
             everything=state.full_optimization,
             backend=jax.default_backend(),
         ),
     }
-
-
-def _apply_settings(wanted: dict) -> dict:
-    """Set JAX's configuration to ``wanted``; what it was before."""
-    import jax
-
-    values = getattr(jax.config, "values", {})
     before = {
         name: values[name] if name in values else getattr(jax.config, name) for name in wanted
     }
     for name, value in wanted.items():
         jax.config.update(name, value)
-    return before
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
 
 
 def _earlier_failure(item: pytest.Item, state: _State) -> str | None:
@@ -648,103 +627,6 @@ def _release_compiled_programs() -> None:
     import jax
 
     jax.clear_caches()
-
-
-# --- values computed ahead ------------------------------------------------------------------------
-# A check's time is mostly XLA compiling its programs, on one core: the other core of a laptop or a
-# CI runner waits. So the expensive values of the later layers (the numerics probes, the
-# data-parallel runs, the variants' jitted reference) are computed ahead, in a second thread, while
-# the early layers run: a module of the suite may define ``compute_ahead(impl)``, which calls the
-# cached functions its checks read (``common.once``, so that a check that comes to a value still
-# being computed waits for it instead of computing it again). Nothing about a check changes: it
-# reads the same value, computed by the same code under the same settings, and a value whose
-# computation failed ahead is computed again by the check, which then fails with its own error.
-# The thread runs only where every check compiles under one setting (on the CPU, or with
-# --full-optimization) and every test of the session is the suite's, since JAX's settings are then
-# held for the whole session instead of around each check; --no-compute-ahead turns it off.
-AHEAD = "compute_ahead"
-
-
-class _Ahead:
-    """The second thread and what it is to compute: ``(module, implementation's name, impl)``,
-    in the order of the checks that read them."""
-
-    def __init__(self, work: list[tuple], state: _State) -> None:
-        import threading
-
-        self.work = work
-        self.state = state
-        self.stop = threading.Event()
-        self.done: list[str] = []  # "module(impl)", in the report's "computed_ahead"
-        self.failed: list[str] = []  # "module(impl): error"
-        self.thread = threading.Thread(target=self._run, name="cvae-compute-ahead", daemon=True)
-
-    def _run(self) -> None:
-        for module, name, impl in self.work:
-            if self.stop.is_set():
-                return
-            if self.state.first_layer and name in self.state.failed_rank:
-                continue  # its later checks will be skipped
-            what = f"{module.__name__.rpartition('.')[2]}({name})"
-            try:
-                getattr(module, AHEAD)(impl)
-                self.done.append(what)
-            except BaseException as err:  # the check computes it again and reports it
-                self.failed.append(f"{what}: {type(err).__name__}: {str(err)[:200]}")
-
-    def finish(self) -> None:
-        """Stop after the value being computed, and wait for it."""
-        self.stop.set()
-        self.thread.join()
-
-
-def _ahead_work(session: pytest.Session, state: _State) -> list[tuple]:
-    """What the second thread computes: every collected module of the suite with a
-    ``compute_ahead``, once per implementation, in the order their first checks run."""
-    import jax
-
-    items = session.items
-    if not items or not all(_is_suite_item(i) for i in items):
-        return []
-    if not (state.full_optimization or jax.default_backend() in SAME_PROGRAM_BACKENDS):
-        return []  # the numerics checks compile otherwise than the others: settings per check
-    impls = session.config.stash.get(_IMPLS_KEY, {})
-    by_id = {id(obj): name for name, obj in impls.items()}
-    work, seen = [], set()
-    for item in items:
-        module = getattr(item, "module", None)
-        callspec = getattr(item, "callspec", None)
-        if module is None or callspec is None or not callable(getattr(module, AHEAD, None)):
-            continue
-        impl = callspec.params.get("impl")
-        name = by_id.get(id(impl))
-        if name is None or (module, name) in seen:
-            continue
-        seen.add((module, name))
-        work.append((module, name, impl))
-    return work
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    state = _state(session.config)
-    if state is None or not state.active or not state.compute_ahead:
-        return
-    work = _ahead_work(session, state)
-    if not work:
-        return
-    # one setting for every check: held from now to the session's end, for both threads
-    state.held = _apply_settings(_wanted(state, marked=None))
-    state.ahead = _Ahead(work, state)
-    state.ahead.thread.start()
-
-
-def _stop_computing_ahead(state: _State) -> None:
-    """At the session's end: the second thread stopped, and JAX's settings as they were."""
-    if state.ahead is not None:
-        state.ahead.finish()
-    if state.held is not None:
-        _apply_settings(state.held)
-        state.held = None
 
 
 # --- the machine-readable report ------------------------------------------------------------------
@@ -884,8 +766,6 @@ def diagnosis_line(name: str, found: dict) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = _state(config)
-    if state is not None:
-        _stop_computing_ahead(state)
     if state is None or not state.results:  # none of the suite's checks ran
         return
     import jax
@@ -909,10 +789,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "backend": jax.default_backend(),
         "python": platform.python_version(),
         "first_layer": state.first_layer,
-        # what the second thread computed before the checks that read it (None: no such thread)
-        "computed_ahead": None
-        if state.ahead is None
-        else {"done": state.ahead.done, "failed": state.ahead.failed},
         "layers": [{"name": n, "description": d} for n, d in layers.LAYERS],
         "implementations": impls,
         "summary": {

@@ -42,6 +42,8 @@ started from parameters kept in bfloat16.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,7 +60,6 @@ from cvae_rosetta.conformance.common import (
     fresh,
     loss_axes,
     mismatch,
-    once,
     probe,
     spec_noise,
     suite_batch,
@@ -118,7 +119,7 @@ def config_of(dtype: str, kind: str) -> Config:
     return Config(model=MODEL.replace(compute_dtype=dtype), loss=LossConfig(kind=kind))
 
 
-@once
+@functools.cache
 def outcome(impl, dtype: str, kind: str, edge: str) -> tuple:
     """What the implementation computes at the edge, as NumPy arrays (cached: every check of a
     case reads one call; compiled once per implementation, loss kind and compute dtype, and shared
@@ -133,21 +134,13 @@ def outcome(impl, dtype: str, kind: str, edge: str) -> tuple:
     return jax.device_get((out.loss, out.metrics, out.grads, out.stepped, out.step_metrics))
 
 
-@once
+@functools.cache
 def expected(kind: str, edge: str) -> reference.Result:
     batch = suite_batch(7)
     eps = spec_noise(jax.random.key(11), B, MODEL.latent_dim)
     return reference.loss_and_grad(
         edge_params(edge), batch.x, batch.c, eps, num_classes=MODEL.num_classes, kind=kind
     )
-
-
-def compute_ahead(impl) -> None:
-    """What this module's checks read, computed before they run (the plugin calls it in a second
-    thread while earlier layers run): every case's outcome and reference."""
-    for dtype, kind, edge in CASES:
-        outcome(impl, dtype, kind, edge)
-        expected(kind, edge)
 
 
 def _why_not_finite(kind: str, edge: str) -> str:

@@ -22,10 +22,8 @@ from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     assert_trees_close,
-    capabilities,
     copy_to_host,
     fresh,
-    once,
     require,
     suite_batch,
     suite_params,
@@ -35,7 +33,6 @@ from cvae_rosetta.spec import parallel
 from cvae_rosetta.spec.model import noise
 
 DEVICE_COUNTS = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
-MECHANISMS = ["pmap", "sharded", "shard_map"]
 B = 16  # divisible by every device count above
 STEPS = 10
 # The serial and the parallel step sum the same numbers in a different order (per device, then
@@ -48,8 +45,8 @@ def _applicable(impl, mechanism: str) -> None:
         require(impl, "data_parallel")
 
 
-@once
-def serial_run(impl):
+@pytest.fixture(scope="module")
+def run(impl):
     """The serial run every parallel run is compared with: states and metrics after each step.
     Parameters and batches are kept as NumPy arrays: each run gets buffers of its own."""
     params = copy_to_host(suite_params(71))
@@ -62,11 +59,6 @@ def serial_run(impl):
         state, metrics = step(state, fresh(batch), key)
         history.append((jax.device_get(state), jax.device_get(metrics)))
     return params, batches, keys, history
-
-
-@pytest.fixture
-def run(impl):
-    return serial_run(impl)
 
 
 CHECKED = (0, STEPS - 1)  # after one step and after ten
@@ -87,27 +79,12 @@ def _train(impl, plan: parallel.Plan, run, steps: int = STEPS):
     return seen
 
 
-@once
-def trained(impl, mechanism: str, devices: int) -> dict:
-    """``_train`` over ``mechanism`` on ``devices`` devices, from the serial run's start."""
-    return _train(impl, parallel.Plan.create(mechanism, devices), serial_run(impl))
-
-
-def compute_ahead(impl) -> None:
-    """What this module's checks read, computed before they run (the plugin calls it in a second
-    thread while earlier layers run): the serial run and every applicable parallel one."""
-    serial_run(impl)
-    for mechanism in MECHANISMS:
-        if mechanism not in parallel.PER_DEVICE or "data_parallel" in capabilities(impl):
-            for devices in DEVICE_COUNTS:
-                trained(impl, mechanism, devices)
-
-
 @pytest.mark.parametrize("devices", DEVICE_COUNTS)
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", ["pmap", "sharded", "shard_map"])
 def test_parallel_step_equals_the_serial_step(impl, run, mechanism, devices):
     _applicable(impl, mechanism)
-    seen = trained(impl, mechanism, devices)
+    plan = parallel.Plan.create(mechanism, devices)
+    seen = _train(impl, plan, run)
     for t in CHECKED:
         copies, metrics, canonical = seen[t]
         want_state, want_metrics = run[3][t]

@@ -47,6 +47,7 @@ rounding has a relative error uniform in [-U, U] (standard deviation U / sqrt(3)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -55,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import MODEL, B, once, probe, suite_batch, suite_params
+from cvae_rosetta.conformance.common import MODEL, B, probe, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 
 # numerics as a training run compiles them: XLA's full optimisation for every program here, except
@@ -105,7 +106,7 @@ class Run:
     stepped_state: Any  # the state after that step, as ShapeDtypeStructs
 
 
-@once
+@functools.cache
 def run(impl, model_name: str, dtype: str) -> Run:
     """Cached: every test of this module, and every pair, reuses one run per implementation.
 
@@ -127,14 +128,6 @@ def run(impl, model_name: str, dtype: str) -> Run:
         params, out.mean, out.logvar, out.logits, out.loss, out.metrics, out.grads, out.stepped,
         out.step_metrics, shapes,
     )  # fmt: skip
-
-
-def compute_ahead(impl) -> None:
-    """What this module's checks read, computed before they run (the plugin calls it in a second
-    thread while earlier layers run): both models in both compute dtypes."""
-    for model_name in MODELS:
-        for dtype in ("float32", "bfloat16"):
-            run(impl, model_name, dtype)
 
 
 # --- helpers --------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from cvae_rosetta.conformance.common import (
     CONFIG,
     assert_trees_close,
     copy_to_host,
-    once,
     suite_batch,
     suite_params,
 )
@@ -53,8 +52,8 @@ def inputs():
     return suite_params(61), suite_batch(62), jax.random.key(63)
 
 
-@once
-def jitted_results(impl):
+@pytest.fixture(scope="module")
+def jitted(impl):
     """The jitted results every variant is compared with, computed once per implementation (kept
     as NumPy arrays: nothing a check does can delete them)."""
     params, batch, key = suite_params(61), suite_batch(62), jax.random.key(63)
@@ -62,17 +61,6 @@ def jitted_results(impl):
     loss = jax.jit(impl.loss)(state, batch, key)
     new_state, metrics = jax.jit(impl.train_step)(state, batch, key)
     return copy_to_host(loss), copy_to_host((impl.to_canonical(new_state), metrics))
-
-
-def compute_ahead(impl) -> None:
-    """What this module's checks read, computed before they run (the plugin calls it in a second
-    thread while earlier layers run)."""
-    jitted_results(impl)
-
-
-@pytest.fixture
-def jitted(impl):
-    return jitted_results(impl)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

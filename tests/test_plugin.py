@@ -253,60 +253,6 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
     assert {s.get("light", s.get("light_after")) for s in mine} == {False}, seen
     # the suite's property test ran with the suite's ci settings, the user's "ci" profile intact
     assert [s["max_examples"] for s in seen if "max_examples" in s] == [10], seen
-    # a session with tests of the user's own: settings per check, and nothing computed ahead
-    assert report["computed_ahead"] is None
-
-
-# Records JAX's settings when the session ends, after every plugin's sessionfinish.
-END_PROBE = """
-    import json
-
-
-    def pytest_unconfigure(config):
-        import jax
-
-        with open("end.json", "w") as f:
-            json.dump(
-                {
-                    "precision": jax.config.jax_default_matmul_precision,
-                    "light": jax.config.values["jax_disable_most_optimizations"],
-                },
-                f,
-            )
-"""
-
-
-@pytest.mark.parametrize("ahead", [True, False], ids=["ahead", "no-compute-ahead"])
-def test_a_session_of_the_suite_alone_computes_later_values_ahead(tmp_path, ahead):
-    """Only the suite's checks, on the CPU: the plugin holds the suite's settings for the whole
-    session (between checks too, where the second thread may be compiling), computes the values of
-    the later modules' checks in a second thread, and puts JAX's settings back at the end;
-    ``--no-compute-ahead`` computes nothing ahead and sets them around each check."""
-    write(tmp_path, {"probe.py": PROBE, "endprobe.py": END_PROBE})
-    result = run_pytest(
-        tmp_path,
-        *("-p", "probe", "-p", "endprobe", "--impl", "pure_jax"),
-        *([] if ahead else ["--no-compute-ahead"]),
-        "--pyargs",
-        "cvae_rosetta.conformance.test_spec::test_protocol_surface",
-        "cvae_rosetta.conformance.test_meta_gaps",
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
-    report = json.loads((tmp_path / "conformance-report.json").read_text())
-    assert report["summary"]["pure_jax"]["passed"] == 4, report["summary"]
-    seen = json.loads((tmp_path / "probe.json").read_text())
-    during = {(s["during"], s["light"]) for s in seen if "during" in s}
-    between = {(s["after"], s["light_after"]) for s in seen if "after" in s}
-    assert during == {("highest", True)}, seen
-    if ahead:
-        assert report["computed_ahead"] == {"done": ["test_meta_gaps(pure_jax)"], "failed": []}
-        assert between == {("highest", True)}, seen  # held from the first check to the last
-    else:
-        assert report["computed_ahead"] is None
-        assert between == {(None, False)}, seen  # JAX's defaults between checks
-    end = json.loads((tmp_path / "end.json").read_text())
-    assert end == {"precision": None, "light": False}, end
 
 
 # Counts JAX's persistent-cache hits and records the cache setting during the session and after it.
@@ -456,37 +402,6 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
 
 
 # --- the pieces, without a session ----------------------------------------------------------------
-
-
-def test_once_computes_each_value_once_for_two_threads_and_caches_no_error():
-    """``common.once``: a caller that comes to a value another thread is computing waits for it;
-    a call that raised is computed again by the next caller."""
-    import threading
-    import time
-
-    from cvae_rosetta.conformance.common import once
-
-    calls = []
-
-    @once
-    def slow(n):
-        calls.append(n)
-        time.sleep(0.2)
-        if len(calls) == 1 and n == "bad":
-            raise ValueError("first time only")
-        return [n]
-
-    got = []
-    threads = [threading.Thread(target=lambda: got.append(slow(1))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert calls == [1] and got == [[1], [1]] and got[0] is got[1]
-    calls.clear()
-    with pytest.raises(ValueError, match="first time only"):
-        slow("bad")
-    assert slow("bad") == ["bad"] and calls == ["bad", "bad"]
 
 
 @pytest.mark.parametrize(
