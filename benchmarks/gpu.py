@@ -1,6 +1,8 @@
 """Every GPU measurement of this project in one prepared run: the driver of ``benchmarks/gpu.sh``.
 
     benchmarks/gpu.sh [--smoke-cpu] [--budget SECONDS] [--out DIR] [--only PART,PART]
+                      [--limit PART=SECONDS,...]
+    benchmarks/gpu.sh --merge LATER/bench_gpu.json [--out DIR]
 
 Read ``benchmarks/gpu.sh`` first: it says how to install, what the run does and why each part
 has the time it has. In short, on a machine whose JAX sees a GPU, one part after the other, each
@@ -26,6 +28,12 @@ Every part's outcome (done, failed, timed out, skipped for lack of time) is reco
 when the files go to ``benchmarks/results/``). With ``--smoke-cpu`` the same parts
 run on the CPU at toy sizes and the files are named ``*_smoke.json`` (no figure there means
 anything; it checks that the script still runs).
+
+``--limit bench=240`` replaces a part's time limit (still shrunk to what the budget leaves).
+``--merge`` runs nothing: it folds the ``bench_gpu.json`` of a later run of some parts (say
+``--only bench --out elsewhere``) into the one in ``--out`` (default ``benchmarks/results``), the
+later run's parts replacing the earlier's, each marked with the run it came from
+(:func:`merge_runs`).
 
 This file imports no JAX: every measurement runs in a child process, so that a part that crashes
 or hangs costs only its own time limit.
@@ -653,6 +661,82 @@ def choose_out(args: argparse.Namespace, smoke: bool) -> Path:
     return BENCHMARKS / "results"
 
 
+def parse_limits(texts: Sequence[str], names: Sequence[str]) -> dict[str, float]:
+    """``["bench=240,bf16=60", "roof=50"]`` as ``{"bench": 240.0, "bf16": 60.0, "roof": 50.0}``;
+    ``ValueError`` naming the first item that is not ``PART=SECONDS`` with a known part and a
+    positive number."""
+    limits: dict[str, float] = {}
+    for text in texts:
+        for item in filter(None, (i.strip() for i in text.split(","))):
+            name, _, value = item.partition("=")
+            name = name.strip()
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = float("nan")
+            if name not in names or not seconds > 0:
+                raise ValueError(
+                    f"expected PART=SECONDS with PART among {', '.join(names)} and SECONDS > 0, "
+                    f"got {item!r}"
+                )
+            limits[name] = seconds
+    return limits
+
+
+def merge_runs(first: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """The ``bench_gpu.json`` of a run and that of a later run of some of its parts, on the same
+    device with the same versions, as one: the later run's parts replace the first's (each marked
+    ``"run": N``, the later run's number, with its start, and ``"replaces"``: what the part did
+    before), the others kept; ``cvae bench``'s
+    figures merged (the later run's batch sizes replacing the same ones of the first);
+    ``gpu_run["runs"]`` lists every run (start, end, budget, duration, parts, limits)."""
+    old, new = first["gpu_run"], later["gpu_run"]
+    for key in ("device", "versions"):
+        if old.get(key) != new.get(key):
+            raise ValueError(f"the two runs differ in {key}: {old.get(key)} and {new.get(key)}")
+
+    def summary(run: dict[str, Any], number: int) -> dict[str, Any]:
+        keys = ("started", "finished", "budget_s", "duration_s", "limits")
+        return {
+            "run": number,
+            **{k: run[k] for k in keys if k in run},
+            "parts": [p for p in run.get("parts", {}) if p != "preflight"],
+        }
+
+    runs = json.loads(json.dumps(old.get("runs") or [summary(old, 1)]))
+    number = len(runs) + 1
+    runs.append(summary(new, number))
+    record = json.loads(json.dumps(old))
+    for name, entry in new.get("parts", {}).items():
+        if name != "preflight":
+            earlier = record["parts"].get(name)
+            record["parts"][name] = {**entry, "run": number, "run_started": new.get("started")}
+            if earlier:  # what the part did in the run it replaces, in brief
+                keys = ("run", "status", "seconds", "limit_s", "reason", "error")
+                record["parts"][name]["replaces"] = {
+                    "run": number - 1,
+                    **{k: earlier[k] for k in keys if k in earlier},
+                }
+    record["runs"] = runs
+    old_bench = {k: v for k, v in first.items() if k != "gpu_run"}
+    new_bench = {k: v for k, v in later.items() if k != "gpu_run"}
+    if new_bench.get("batches") and old_bench.get("batches"):
+        kept = {b: v for b, v in old_bench["batches"].items() if b not in new_bench["batches"]}
+        bench = merge_bench({**old_bench, "batches": kept}, new_bench) if kept else new_bench
+    else:
+        bench = new_bench if new_bench.get("batches") else old_bench
+    return {**bench, "gpu_run": record}
+
+
+def merge_files(later: Path, into: Path) -> Path:
+    """:func:`merge_runs` of the files ``into`` and ``later``, written over ``into``."""
+    data = merge_runs(json.loads(into.read_text()), json.loads(later.read_text()))
+    tmp = into.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(into)
+    return into
+
+
 def run_part(run: Run, part: Part, limit: float, started: float) -> None:
     """One part under ``limit`` seconds (skipped below its minimum), its outcome recorded and
     written at once, whatever happens in it."""
@@ -692,6 +776,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole run")
     parser.add_argument("--out", default=None, help="[$GPU_BENCH_OUT, $OUT, benchmarks/results]")
     parser.add_argument("--only", default=None, help="these parts only, comma-separated")
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="PART=SECONDS",
+        help="a part's time limit instead of its own, e.g. bench=240 (comma-separated, repeatable)",
+    )
+    parser.add_argument(
+        "--merge",
+        default=None,
+        metavar="FILE",
+        help="run nothing: merge FILE (a later run's bench_gpu.json) into --out's bench_gpu.json",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     mode = "smoke" if args.smoke_cpu else "gpu"
@@ -705,8 +802,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return REFUSED
+    try:
+        limits = parse_limits(args.limit, names)
+    except ValueError as err:
+        print(f"gpu.sh: --limit: {err}", file=sys.stderr)
+        return REFUSED
 
     out = choose_out(args, mode == "smoke")
+    if args.merge:
+        into = out / f"bench_{'smoke' if mode == 'smoke' else 'gpu'}.json"
+        try:
+            merge_files(Path(args.merge), into)
+        except (OSError, ValueError, KeyError) as err:
+            print(f"gpu.sh: --merge: {type(err).__name__}: {err}", file=sys.stderr)
+            return 1
+        print(f"merged {args.merge} into {into}", flush=True)
+        return 0
     logs = Path(tempfile.mkdtemp(prefix="gpu-probe-"))
     env = {k: v for k, v in os.environ.items()}
     if mode == "smoke":
@@ -765,6 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "versions": found["versions"],
             "implementations": found["implementations"],
             "matmul_precision": found["matmul_precision"],
+            **({"limits": limits} if limits else {}),
             "environment_info": found["environment_info"],
             "parts": {
                 "preflight": {
@@ -777,18 +889,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.write()
     chosen = [part for part in (*PARTS, SUITE) if part.name in only]
+
+    def limit_of(part: Part) -> float:
+        return limits.get(part.name, part.limit_s[mode])
+
     if run.smoke:
         # toy sizes on the CPU: the parts side by side, each with its own limit (the time of a
         # smoke run is its programs' compilation, which the cores share)
         with ThreadPoolExecutor(max_workers=SMOKE_WORKERS) as pool:
             for part in chosen:
-                limit = min(part.limit_s[mode], run.left() - GRACE_S)
+                limit = min(limit_of(part), run.left() - GRACE_S)
                 pool.submit(run_part, run, part, limit, started)
     else:
         for part in chosen:
             # every part but the suite leaves the suite its reserve; the suite takes the rest
             reserve = 0.0 if part is SUITE or SUITE not in chosen else SUITE_RESERVE_S[mode]
-            run_part(run, part, min(part.limit_s[mode], run.left() - reserve - GRACE_S), started)
+            run_part(run, part, min(limit_of(part), run.left() - reserve - GRACE_S), started)
     run.record["duration_s"] = round(time.monotonic() - started, 1)
     run.record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
     run.write()

@@ -4,6 +4,8 @@
 # Every GPU measurement of this project in one prepared run of at most 8 minutes:
 #
 #     benchmarks/gpu.sh [--install] [--smoke-cpu] [--budget SECONDS] [--out DIR] [--only P,P]
+#                       [--limit P=SECONDS,...]
+#     benchmarks/gpu.sh --merge LATER/bench_gpu.json [--out DIR]
 #
 # On a machine whose JAX sees an NVIDIA GPU it prints the device, then runs, each part in
 # processes of its own under a time limit (benchmarks/gpu.py does the work):
@@ -68,8 +70,12 @@
 # "highest" precision for its own checks and runs its default hypothesis profile (ci).
 #
 # Options: --install runs pip install ".[all,cuda,test]" first (not counted in the budget);
-# --budget SECONDS changes the 450 s; --only bench,suite runs those parts alone; the environment
-# variable PYTHON names the interpreter (default python3, or python where there is no python3).
+# --budget SECONDS changes the 450 s; --only bench,suite runs those parts alone; --limit
+# bench=240,roof=60 replaces those parts' limits (still within the budget); --merge FILE runs
+# nothing and folds FILE, the bench_gpu.json of a later run of some parts (--only ... --out
+# elsewhere), into --out's bench_gpu.json, the later run's parts replacing the earlier's and marked
+# with their run; the environment variable PYTHON names the interpreter (default python3, or
+# python where there is no python3).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

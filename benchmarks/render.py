@@ -649,7 +649,7 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
     if not data or "gpu_run" not in data:
         return NOT_MEASURED
     run, directory = data["gpu_run"], path.parent
-    lines = [GPU_HEADING, "", *_gpu_conditions(data, run), ""]
+    lines = [GPU_HEADING, "", *_gpu_conditions(data, run, cpu), ""]
     lines += _gpu_suite(run)
     gpu_rows, cpu_rows = _fast_rows(data), _fast_rows(cpu)
     if gpu_rows:
@@ -658,7 +658,13 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
         lines += _gpu_compile(gpu_rows, cpu_rows)
         lines += _gpu_roof(data)
     else:
-        lines += ["`cvae bench` gave no figures in this run (see the parts above).", ""]
+        status = ((run.get("parts") or {}).get("bench") or {}).get("status", "not run")
+        lines += [
+            f"`cvae bench` gave no figures in this run (its part: {status}), so this section has "
+            "none of its figures: no step-time ratios by batch size, no compile time, no empty "
+            "step and no roof from it.",
+            "",
+        ]
     dispatch = _gpu_part_file(directory, run, "dispatch", "dispatch_gpu.json")
     if dispatch and dispatch.get("configs"):
         lines += ["### What a call costs, by `benchmarks/dispatch.py`", ""]
@@ -677,6 +683,7 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
     cpu_steps = _read((results or directory) / "step_time_cpu.json")
     if steps and steps.get("batches"):
         lines += _gpu_bf16(steps, cpu_steps)
+        lines += _unfinished((run.get("parts") or {}).get("bf16") or {})
     parallel = _gpu_part_file(directory, run, "data_parallel", "data_parallel_gpu.json")
     if parallel and parallel.get("rows"):
         name = ((run.get("parts") or {}).get("data_parallel") or {}).get("file", "")
@@ -685,7 +692,44 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _gpu_conditions(data: dict, run: dict) -> list[str]:
+def _unfinished(part: dict) -> list[str]:
+    """A line saying that a part whose figures are shown did not finish, where it did not."""
+    status = part.get("status")
+    if status in (None, "ok"):
+        return []
+    jobs = [job.get("status") for job in part.get("jobs") or []]
+    if "timed out" in jobs:
+        limit = f" at its {_s(part.get('limit_s'))} s limit" if part.get("limit_s") else ""
+        how = f"its process was stopped{limit}"
+    else:
+        how = "its process ended " + (", ".join(map(str, jobs)) or "without a record")
+    return [f"**This part is {status}**: {how}; the table has only what it finished.", ""]
+
+
+def _jax_outside_pin(version: str | None, cpu: dict | None) -> str:
+    """A sentence where ``version`` lies outside the JAX range of ``pyproject.toml``."""
+    try:
+        import tomllib
+
+        from packaging.requirements import Requirement
+
+        project = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        needs = tomllib.loads(project.read_text())["project"]["dependencies"]
+        jax = next(need for need in needs if Requirement(need).name == "jax")
+    except (ImportError, OSError, KeyError, ValueError, StopIteration):
+        return ""
+    if not version or Requirement(jax).specifier.contains(version, prereleases=True):
+        return ""
+    cpu_jax = ((cpu or {}).get("environment") or {}).get("versions", {}).get("jax")
+    return (
+        f" **jax {version} lies outside the project's requirement** (`{jax}`, pyproject.toml"
+        + (f"; the CPU figures on this page are from jax {cpu_jax}" if cpu_jax else "")
+        + "): the run used the JAX installed on that machine, not what "
+        '`pip install ".[all,cuda]"` installs.'
+    )
+
+
+def _gpu_conditions(data: dict, run: dict, cpu: dict | None = None) -> list[str]:
     device, versions, host = run["device"], run.get("versions") or {}, run.get("host") or {}
     memory = device.get("memory_bytes")
     frameworks = ", ".join(
@@ -700,10 +744,23 @@ def _gpu_conditions(data: dict, run: dict) -> list[str]:
     )
     parts = run.get("parts") or {}
     rows = [
-        f"| {name} | {entry.get('what', '')} | {entry.get('status', '-')} | "
+        f"| {name} | {entry.get('what', '')} | {entry.get('status', '-')}{_rerun(entry)} | "
         f"{_s(entry.get('seconds'))} | {_s(entry.get('limit_s'))} |"
         for name, entry in parts.items()
     ]
+    runs = run.get("runs") or []
+    later = "".join(
+        f" Run {r.get('run')}, started {r.get('started')}, {_s(r.get('duration_s'))} s of a "
+        f"{_s(r.get('budget_s'))} s budget"
+        + (
+            " (limits " + ", ".join(f"{k} {_s(v)} s" for k, v in r["limits"].items()) + ")"
+            if r.get("limits")
+            else ""
+        )
+        + f", ran {', '.join(r.get('parts') or []) or 'nothing'} again on the same device and "
+        "versions; its outcomes and figures replace the first run's."
+        for r in runs[1:]
+    )
     return [
         f"Measured by `benchmarks/gpu.sh` ({run.get('mode', 'gpu')} run, "
         f"`{GPU_FILE}` and the files it names) on **{device['kind']}** "
@@ -713,16 +770,33 @@ def _gpu_conditions(data: dict, run: dict) -> list[str]:
         + (f", `nvidia-smi`: {run['nvidia_smi']}" if run.get("nvidia_smi") else "")
         + f"; jax {versions.get('jax')}, jaxlib {versions.get('jaxlib')}, "
         f"{cuda} {versions.get(cuda)}, {frameworks}; host "
-        f"{host.get('cpu_model')} ({host.get('cpu_count')} cores); started "
-        f"{run.get('started')}, {_s(run.get('duration_s'))} s of a {_s(run.get('budget_s'))} s "
-        "budget. Matmuls at JAX's default precision, the same for the steps and the roof (the "
+        f"{host.get('cpu_model')} ({host.get('cpu_count')} cores); "
+        + ("run 1 " if later else "")
+        + f"started {run.get('started')}, {_s(run.get('duration_s'))} s of a "
+        f"{_s(run.get('budget_s'))} s budget.{later} Matmuls at JAX's default precision, the "
+        "same for the steps and the roof (the "
         "conformance suite sets float32 matmuls to `highest` for its own checks). Every figure "
-        "below is read from those files; each ratio compares figures of one process.",
+        "below is read from those files; each ratio compares figures of one process."
+        + _jax_outside_pin(versions.get("jax"), cpu),
         "",
         "| part | what | outcome | seconds | limit s |",
         "|---|---|---|---:|---:|",
         *rows,
     ]
+
+
+def _rerun(entry: dict) -> str:
+    """`` (run 2; run 1: timed out in 90 s)`` for a part a later run measured again."""
+    if not entry.get("run"):
+        return ""
+    before = entry.get("replaces") or {}
+    was = (
+        f"; run {before.get('run', 1)}: {before.get('status', '-')}"
+        + (f" in {_s(before['seconds'])} s" if before.get("seconds") is not None else "")
+        if before
+        else ""
+    )
+    return f" (run {entry['run']}{was})"
 
 
 def _s(value) -> str:
@@ -759,6 +833,21 @@ def _gpu_suite(run: dict) -> list[str]:
             + " | ".join(str(counts.get(s, 0)) for s in statuses)
             + f" | {'yes' if entry.get('complete') else 'no'} | {first} |"
         )
+    sessions: dict[tuple[str, str], list[str]] = {}
+    for process in suite.get("processes", []):
+        if process.get("name") != "suite_pairwise" and process.get("impl"):
+            key = (process.get("status", "-"), process.get("what", process.get("name", "")))
+            sessions.setdefault(key, []).append(process["impl"])
+    if any(status != "ok" for status, _ in sessions):
+        lines += [
+            "",
+            "Its sessions by outcome: "
+            + "; ".join(
+                f"{status} ({what}): {', '.join(impls)}"
+                for (status, what), impls in sessions.items()
+            )
+            + ".",
+        ]
     for process in suite.get("processes", []):
         if process.get("name") == "suite_pairwise":
             lines += [
@@ -955,9 +1044,11 @@ def render_choosing(path: Path, cpu: dict | None) -> str:
     gpu_rows, cpu_rows = _fast_rows(data), _fast_rows(cpu)
     kind = data["gpu_run"]["device"]["kind"]
     if not gpu_rows:
+        status = ((data["gpu_run"].get("parts") or {}).get("bench") or {}).get("status", "not run")
         return (
             f"A GPU run on {kind} is in `benchmarks/results/` but `cvae bench` gave no figures "
-            "there; see [performance](performance.md#on-a-gpu)."
+            f"there (its part: {status}); see [performance](performance.md#on-a-gpu) for what the "
+            "run did measure."
         )
     batches = sorted(gpu_rows)
     fast = [label for label, r in gpu_rows[batches[0]].items() if r.get("kind") == "fast"]
@@ -994,6 +1085,9 @@ def render_choosing(path: Path, cpu: dict | None) -> str:
                 else "."
             ),
         ]
+    outside = _jax_outside_pin((data["gpu_run"].get("versions") or {}).get("jax"), cpu)
+    if outside:
+        lines += ["", outside.strip()]
     return "\n".join(lines)
 
 

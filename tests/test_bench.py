@@ -708,6 +708,74 @@ def test_a_gpu_run_is_rendered_beside_the_cpu_figures(tmp_path):
         assert text in choosing, text
 
 
+def test_a_gpu_run_whose_parts_did_not_finish_says_so(tmp_path):
+    """A run whose ``cvae bench`` timed out, whose bfloat16 part was stopped part way, on a JAX
+    outside the project's range: the pages say each of these, and render what did finish."""
+    results = tmp_path / "results"
+    results.mkdir()
+    gpu_run_files(results)
+    data = json.loads((results / "bench_gpu.json").read_text())
+    run = {**data["gpu_run"], "versions": {"jax": "99.0", "jax-cuda13-plugin": "99.0"}}
+    run["parts"]["bench"] = {"what": "cvae bench", "status": "timed out", "limit_s": 90.0}
+    run["parts"]["bf16"] = {
+        "status": "partial",
+        "file": "step_time_gpu.json",
+        "limit_s": 60.0,
+        "jobs": [{"name": "step_time", "status": "timed out"}],
+    }
+    (results / "bench_gpu.json").write_text(json.dumps({"gpu_run": run}))
+    render = load_render()
+    page = render.render_gpu(results / "bench_gpu.json", None, results)
+    for text in (
+        "| bench | cvae bench | timed out | - | 90 |",
+        "`cvae bench` gave no figures in this run (its part: timed out)",
+        "jax-cuda13-plugin 99.0",
+        "**jax 99.0 lies outside the project's requirement** (`jax",
+        "| other | 120 / 60, 0.50x |",
+        "**This part is partial**: its process was stopped at its 60 s limit",
+    ):
+        assert text in page, text
+    assert "### Compile time" not in page
+    choosing = render.render_choosing(results / "bench_gpu.json", None)
+    assert "`cvae bench` gave no figures there (its part: timed out)" in choosing
+
+
+def test_a_part_measured_again_by_a_later_run_says_which_run(tmp_path):
+    """A ``bench_gpu.json`` whose ``cvae bench`` part came from a second run
+    (``benchmarks/gpu.sh --merge``): the conditions name both runs, the part's row its run and
+    what the first run's try did."""
+    results = tmp_path / "results"
+    results.mkdir()
+    gpu_run_files(results)
+    data = json.loads((results / "bench_gpu.json").read_text())
+    run = data["gpu_run"]
+    run["parts"]["bench"].update(
+        run=2,
+        run_started="2026-01-02 01:00:00",
+        replaces={"run": 1, "status": "timed out", "seconds": 90.3, "limit_s": 90},
+    )
+    run["runs"] = [
+        {"run": 1, "started": "2026-01-02 00:00:00", "budget_s": 450.0, "duration_s": 400.0},
+        {
+            "run": 2,
+            "started": "2026-01-02 01:00:00",
+            "budget_s": 260.0,
+            "duration_s": 131.0,
+            "limits": {"bench": 240.0},
+            "parts": ["bench"],
+        },
+    ]
+    (results / "bench_gpu.json").write_text(json.dumps(data))
+    page = load_render().render_gpu(results / "bench_gpu.json", None, results)
+    for text in (
+        "run 1 started 2026-01-02 00:00:00, 400 s of a 450 s budget. Run 2, started "
+        "2026-01-02 01:00:00, 131 s of a 260 s budget (limits bench 240 s), ran bench again",
+        "| bench | cvae bench | ok (run 2; run 1: timed out in 90 s) | 90 | 110 |",
+        "| bf16 |  | ok |",
+    ):
+        assert text in page, text
+
+
 def test_a_smoke_run_is_never_rendered(tmp_path):
     """``*_smoke.json`` files (``benchmarks/gpu.sh --smoke-cpu``) measure nothing: the renderer
     leaves them out, in the CPU's sections and in the GPU's."""

@@ -178,3 +178,108 @@ def test_pytests_last_line_is_read_with_and_without_its_rule():
     )
     assert gpu._pytest_summary(text) == "12 passed, 1 failed in 100.1s (0:01:40)"
     assert gpu._pytest_summary("collecting ...") is None
+
+
+def test_limit_replaces_a_parts_limit_and_refuses_what_it_cannot_read(capsys):
+    gpu = load_gpu()
+    names = [p.name for p in (*gpu.PARTS, gpu.SUITE)]
+    assert gpu.parse_limits(["bench=240,bf16=60.5", " roof = 50 "], names) == {
+        "bench": 240.0,
+        "bf16": 60.5,
+        "roof": 50.0,
+    }
+    assert gpu.parse_limits([], names) == {}
+    for bad in ("bench", "bench=0", "bench=-3", "bench=soon", "nope=30"):
+        with pytest.raises(ValueError, match="PART=SECONDS"):
+            gpu.parse_limits([bad], names)
+        # refused before JAX starts, in one line
+        assert gpu.main(["--limit", bad]) == gpu.REFUSED
+        err = capsys.readouterr().err
+        assert err.startswith("gpu.sh: --limit: expected PART=SECONDS") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_limit_given_is_the_one_the_part_runs_under(tmp_path):
+    command = [str(SCRIPT), "--smoke-cpu", "--only", "dispatch", "--limit", "dispatch=77"]
+    proc = subprocess.run(
+        [*command, "--out", str(tmp_path)],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((tmp_path / "bench_smoke.json").read_text())["gpu_run"]
+    assert run["limits"] == {"dispatch": 77.0}
+    assert set(run["parts"]) == {"preflight", "dispatch"}
+    assert run["parts"]["dispatch"]["limit_s"] == 77 and run["parts"]["dispatch"]["status"] == "ok"
+
+
+def gpu_file(parts: dict, batches: dict | None = None, **run) -> dict:
+    """A made-up ``bench_gpu.json``: ``cvae bench``'s figures at ``batches``, and a record."""
+    record = {
+        "started": "2026-01-01 00:00:00",
+        "budget_s": 450.0,
+        "duration_s": 400.0,
+        "device": {"kind": "Made-up GPU", "count": 1},
+        "versions": {"jax": "0.11.2"},
+        "parts": {"preflight": {"status": "ok", "seconds": 3.0}, **parts},
+        **run,
+    }
+    return {**({"batches": batches} if batches else {}), "gpu_run": record}
+
+
+def test_a_later_run_of_some_parts_is_merged_into_the_first(tmp_path):
+    gpu = load_gpu()
+    first = gpu_file(
+        {
+            "bench": {"status": "timed out", "seconds": 90.3, "limit_s": 90, "jobs": [{}]},
+            "dispatch": {"status": "ok", "file": "dispatch_gpu.json", "seconds": 25.0},
+            "suite": {"status": "partial", "seconds": 160.0},
+        }
+    )
+    later = gpu_file(
+        {"bench": {"status": "ok", "seconds": 127.0, "limit_s": 240.0, "batch_sizes": [1, 4096]}},
+        {"1": {"paths": []}, "4096": {"paths": []}},
+        started="2026-01-01 01:00:00",
+        budget_s=260.0,
+        duration_s=131.0,
+        limits={"bench": 240.0},
+    )
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(first))
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    assert gpu.main(["--merge", str(tmp_path / "later.json"), "--out", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert list(merged["batches"]) == ["1", "4096"]  # the later run's figures
+    run = merged["gpu_run"]
+    assert run["started"] == "2026-01-01 00:00:00" and run["duration_s"] == 400.0
+    assert run["parts"]["dispatch"] == first["gpu_run"]["parts"]["dispatch"]  # kept as they were
+    assert run["parts"]["suite"] == first["gpu_run"]["parts"]["suite"]
+    assert run["parts"]["preflight"] == first["gpu_run"]["parts"]["preflight"]
+    bench = run["parts"]["bench"]
+    assert bench["status"] == "ok" and bench["seconds"] == 127.0 and bench["run"] == 2
+    assert bench["run_started"] == "2026-01-01 01:00:00"
+    assert bench["replaces"] == {"run": 1, "status": "timed out", "seconds": 90.3, "limit_s": 90}
+    assert [r["run"] for r in run["runs"]] == [1, 2]
+    assert run["runs"][0]["parts"] == ["bench", "dispatch", "suite"]
+    assert run["runs"][1] == {
+        "run": 2,
+        "started": "2026-01-01 01:00:00",
+        "budget_s": 260.0,
+        "duration_s": 131.0,
+        "limits": {"bench": 240.0},
+        "parts": ["bench"],
+    }
+
+
+def test_runs_on_another_device_or_versions_are_not_merged(tmp_path, capsys):
+    gpu = load_gpu()
+    first = gpu_file({"bench": {"status": "timed out"}})
+    other = gpu_file({"bench": {"status": "ok"}}, versions={"jax": "0.10.2"})
+    with pytest.raises(ValueError, match="differ in versions"):
+        gpu.merge_runs(first, other)
+    (tmp_path / "bench_gpu.json").write_text(json.dumps(first))
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert gpu.main(["--merge", str(tmp_path / "other.json"), "--out", str(tmp_path)]) == 1
+    assert "differ in versions" in capsys.readouterr().err
+    assert json.loads((tmp_path / "bench_gpu.json").read_text()) == first  # left as it was
