@@ -233,10 +233,10 @@ def test_gradients_match_reference(impl, params, batch, kind):
     key = jax.random.key(12)
     start = copy_to_host(params)
 
-    def loss_of(p):
+    def loss_of(p, batch, key):
         return impl.loss(impl.from_canonical(p, config), batch, key)[0]
 
-    grads = jax.grad(loss_of)(params)
+    grads = jax.jit(jax.grad(loss_of))(params, batch, key)  # one program, not one per operation
     eps = spec_noise(key, B, MODEL.latent_dim)
     ref = reference.loss_and_grad(
         start, batch.x, batch.c, eps, num_classes=MODEL.num_classes, kind=kind
@@ -295,11 +295,15 @@ def test_train_step_matches_reference_update(impl, params, batch, optim):
     Adam's first update is ``lr * g / (|g| + eps)`` per entry, so where |g| is at float32 noise
     level its sign is arbitrary: those entries are held to the bound every first Adam step obeys
     instead of to the reference's sign.
+
+    The step runs jitted, as training runs it: one compiled program, where op by op every small
+    operation of the update compiles on its own. That the eager step is the jitted one is a check
+    of the ``jit`` layer (test_jitted_step_equals_eager_step).
     """
     config = CONFIG.replace(optim=optim)
     key = jax.random.key(13)
     start = copy_to_host(params)
-    state, metrics = impl.train_step(impl.from_canonical(params, config), batch, key)
+    state, metrics = jax.jit(impl.train_step)(impl.from_canonical(params, config), batch, key)
     got = impl.to_canonical(state)
 
     eps = spec_noise(key, B, MODEL.latent_dim)
@@ -398,10 +402,11 @@ def test_a_few_dozen_steps_lower_the_loss_on_digits(impl):
     state = impl.from_canonical(suite_params(0, config.model), config)
     xs, cs, fixed = digits(64, seed=0)
     step = jax.jit(impl.train_step, donate_argnums=0)
-    before = float(impl.loss(state, fixed, jax.random.key(1))[0])
+    loss = jax.jit(impl.loss)  # as training evaluates it: one program for both calls
+    before = float(loss(state, fixed, jax.random.key(1))[0])
     for t in range(40):
         state, _ = step(state, Batch(xs[t % len(xs)], cs[t % len(cs)]), jax.random.key(t))
-    after = float(impl.loss(state, fixed, jax.random.key(1))[0])
+    after = float(loss(state, fixed, jax.random.key(1))[0])
     assert after < 0.8 * before, (
         f"40 steps on the digits took the held-out loss from {before:.4g} to {after:.4g}; the "
         f"spec's model gets below 0.8 times the start ({0.8 * before:.4g})"
