@@ -711,10 +711,11 @@ def merge_runs(first: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
         if name != "preflight":
             earlier = record["parts"].get(name)
             record["parts"][name] = {**entry, "run": number, "run_started": new.get("started")}
-            if earlier:  # what the part did in the run it replaces, in brief
+            if earlier:  # what the part did in the run it replaces, in brief (a part with no
+                # "run" of its own is the first run's)
                 keys = ("run", "status", "seconds", "limit_s", "reason", "error")
                 record["parts"][name]["replaces"] = {
-                    "run": number - 1,
+                    "run": 1,
                     **{k: earlier[k] for k in keys if k in earlier},
                 }
     record["runs"] = runs

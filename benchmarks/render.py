@@ -428,6 +428,8 @@ def _ms(value: float | None) -> str:
 
 def _parts_table(base: dict) -> list[str]:
     ms, gf, roof = base["ms"], base["gflops_per_s"], base["roof_gflops_per_s"]
+    if (gf.get("roof") or 0) <= 0:  # XLA counted no FLOPs for the roof (GPU): its 2 N^3
+        gf = {**gf, "roof": roof}
     what = {
         "roof": "the roof: one square matmul",
         "step": "the fast path: one train step",
@@ -564,7 +566,8 @@ def render_data_parallel(path: Path) -> str:
     lines = [
         f"## Data parallelism: `{path.name}`\n",
         f"`benchmarks/data_parallel.py`: jax {data['jax']} on {data['backend']} "
-        f"({data['device_kind']}, {data['cpu_count']} cores), global batch {data['batch_size']}, "
+        f"({data['device_kind']}, {data['cpu_count']} host cores), global batch "
+        f"{data['batch_size']}, "
         f"{data['rounds']} rounds of {data['steps']} steps, one-minute load average "
         + "{:.1f} at start and {:.1f} at end".format(*data.get("load_average_1min", [0, 0]))
         + "; each cell is the median step time and its ratio to the same implementation's "
@@ -573,7 +576,12 @@ def render_data_parallel(path: Path) -> str:
             f" **Note: {data['note']}**, so these figures show what each mechanism costs, not "
             "how it scales."
             if data.get("note")
-            else ""
+            else (
+                " **One device only**: each mechanism runs on that one device, so these figures "
+                "show what it costs over the serial step, not how it scales."
+                if max(r["devices"] for r in rows) == 1
+                else ""
+            )
         ),
         "",
         "| impl | serial µs | " + " | ".join(f"{m} ×{n}" for m, n in columns) + " |",
@@ -674,8 +682,19 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
     if base:
         lines += [
             f"### The step and its parts against the roof, by `benchmarks/roof_gap.py` "
-            f"(batch {roof['batch_size']}, a {roof['roof_size']}x{roof['roof_size']} f32 matmul "
-            "as the roof)",
+            f"(batch {roof['batch_size']}; the roof: a square f32 matmul, N = "
+            f"{roof['roof_size']})",
+            "",
+            f"{roof['rounds']} rounds of {roof['steps']} steps in one process, median ms per "
+            "program. The roof's GFLOP/s are its 2 N^3 FLOPs over its time"
+            + (
+                " (XLA's cost analysis counts none for it on this device)"
+                if (base.get("flops") or {}).get("roof", 0) <= 0
+                else ""
+            )
+            + "; the others count `cost_analysis()` FLOPs. At JAX's default precision, which "
+            "lets the GPU run f32 matmuls in TF32, the roof is "
+            f"{base['roof_gflops_per_s']:.0f} GFLOP/s.",
             "",
             *_parts_table(base),
         ]

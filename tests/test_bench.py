@@ -694,6 +694,8 @@ def test_a_gpu_run_is_rendered_beside_the_cpu_figures(tmp_path):
         # bfloat16 against float32
         "| other | 120 / 60, 0.50x |",
         "### Data parallelism: `data_parallel_gpu.json`",
+        "(Made-up GPU, 16 host cores)",
+        "**One device only**: each mechanism runs on that one device",
         "| pure_jax | 100 | 110 (1.10x) |",
     ):
         assert text in section, text
@@ -706,6 +708,23 @@ def test_a_gpu_run_is_rendered_beside_the_cpu_figures(tmp_path):
         "costs 2 to 4 µs on the GPU at batch 8, against 25 to 40 µs on the CPU.",
     ):
         assert text in choosing, text
+
+
+def test_a_roof_xla_counts_no_flops_for_shows_its_own_2n3(tmp_path):
+    """On a GPU XLA's cost analysis gives -1 FLOPs for the roof's matmul: its row shows the
+    roof's GFLOP/s from 2 N^3, the figure every fraction is against, and says so."""
+    results = tmp_path / "results"
+    results.mkdir()
+    gpu_run_files(results)
+    roof = roof_gap_result()
+    base = roof["sets"]["default"]
+    base["flops"]["roof"] = -1.0
+    base["gflops_per_s"]["roof"] = -1.0 / base["ms"]["roof"] / 1e6
+    (results / "roof_gap_gpu.json").write_text(json.dumps(roof))
+    page = load_render().render_gpu(results / "bench_gpu.json", None, results)
+    assert "| the roof: one square matmul | 10.00 | - | 300 | 100% |" in page
+    assert "(XLA's cost analysis counts none for it on this device)" in page
+    assert "| -0 |" not in page
 
 
 def test_a_gpu_run_whose_parts_did_not_finish_says_so(tmp_path):

@@ -272,6 +272,35 @@ def test_a_later_run_of_some_parts_is_merged_into_the_first(tmp_path):
     }
 
 
+def test_a_third_run_names_the_run_whose_outcome_it_replaces():
+    gpu = load_gpu()
+    first = gpu_file(
+        {
+            "bench": {"status": "timed out", "seconds": 90.3},
+            "roof": {"status": "timed out", "seconds": 35.0, "limit_s": 35},
+        }
+    )
+    second = gpu_file({"bench": {"status": "partial", "seconds": 100.0}})
+    third = gpu_file(
+        {
+            "bench": {"status": "ok", "seconds": 120.0},
+            "roof": {"status": "ok", "seconds": 48.0, "limit_s": 75.0},
+        },
+        started="2026-01-01 02:00:00",
+    )
+    run = gpu.merge_runs(gpu.merge_runs(first, second), third)["gpu_run"]
+    assert [r["run"] for r in run["runs"]] == [1, 2, 3]
+    roof = run["parts"]["roof"]  # measured in runs 1 and 3 only: it replaces run 1's outcome
+    assert roof["run"] == 3 and roof["status"] == "ok"
+    assert roof["replaces"] == {"run": 1, "status": "timed out", "seconds": 35.0, "limit_s": 35}
+    bench = run["parts"]["bench"]  # measured in all three: it replaces run 2's
+    assert bench["run"] == 3 and bench["replaces"] == {
+        "run": 2,
+        "status": "partial",
+        "seconds": 100.0,
+    }
+
+
 def test_runs_on_another_device_or_versions_are_not_merged(tmp_path, capsys):
     gpu = load_gpu()
     first = gpu_file({"bench": {"status": "timed out"}})
