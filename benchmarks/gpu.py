@@ -270,11 +270,16 @@ class Run:
             for part in PARTS:
                 if part.name in self.benches:
                     bench = merge_bench(bench, self.benches[part.name])
-            data = {**bench, "gpu_run": json.loads(json.dumps(self.record))}
-            path = self.file("bench")
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(data, indent=2) + "\n")
-            tmp.replace(path)
+            write_json(
+                self.file("bench"), {**bench, "gpu_run": json.loads(json.dumps(self.record))}
+            )
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as ``path``, replaced whole (a temporary file renamed over it)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -731,10 +736,7 @@ def merge_runs(first: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
 
 def merge_files(later: Path, into: Path) -> Path:
     """:func:`merge_runs` of the files ``into`` and ``later``, written over ``into``."""
-    data = merge_runs(json.loads(into.read_text()), json.loads(later.read_text()))
-    tmp = into.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(into)
+    write_json(into, merge_runs(json.loads(into.read_text()), json.loads(later.read_text())))
     return into
 
 

@@ -628,10 +628,14 @@ def _read(path: Path | None) -> dict | None:
         return None
 
 
+def _part(run: dict, name: str) -> dict:
+    """The record of a part of the GPU run (empty where it has none)."""
+    return (run.get("parts") or {}).get(name) or {}
+
+
 def _gpu_part_file(directory: Path, run: dict, part: str, default: str) -> dict | None:
     """The figures a part of the GPU run wrote, by the file name its record gives."""
-    entry = (run.get("parts") or {}).get(part) or {}
-    return _read(directory / entry.get("file", default))
+    return _read(directory / _part(run, part).get("file", default))
 
 
 def _fast_rows(data: dict | None) -> dict[int, dict[str, dict]]:
@@ -666,7 +670,7 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
         lines += _gpu_compile(gpu_rows, cpu_rows)
         lines += _gpu_roof(data)
     else:
-        status = ((run.get("parts") or {}).get("bench") or {}).get("status", "not run")
+        status = _part(run, "bench").get("status", "not run")
         lines += [
             f"`cvae bench` gave no figures in this run (its part: {status}), so this section has "
             "none of its figures: no step-time ratios by batch size, no compile time, no empty "
@@ -702,10 +706,10 @@ def render_gpu(path: Path, cpu: dict | None = None, results: Path | None = None)
     cpu_steps = _read((results or directory) / "step_time_cpu.json")
     if steps and steps.get("batches"):
         lines += _gpu_bf16(steps, cpu_steps)
-        lines += _unfinished((run.get("parts") or {}).get("bf16") or {})
+        lines += _unfinished(_part(run, "bf16"))
     parallel = _gpu_part_file(directory, run, "data_parallel", "data_parallel_gpu.json")
     if parallel and parallel.get("rows"):
-        name = ((run.get("parts") or {}).get("data_parallel") or {}).get("file", "")
+        name = _part(run, "data_parallel").get("file", "")
         text = render_data_parallel(directory / name) if name else ""
         lines += [re.sub(r"^(#+) ", r"#\1 ", text, flags=re.MULTILINE).rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -823,7 +827,7 @@ def _s(value) -> str:
 
 
 def _gpu_suite(run: dict) -> list[str]:
-    suite = (run.get("parts") or {}).get("suite") or {}
+    suite = _part(run, "suite")
     lines = ["### The conformance suite on the GPU", ""]
     impls = suite.get("implementations")
     if not impls:
@@ -1063,7 +1067,7 @@ def render_choosing(path: Path, cpu: dict | None) -> str:
     gpu_rows, cpu_rows = _fast_rows(data), _fast_rows(cpu)
     kind = data["gpu_run"]["device"]["kind"]
     if not gpu_rows:
-        status = ((data["gpu_run"].get("parts") or {}).get("bench") or {}).get("status", "not run")
+        status = _part(data["gpu_run"], "bench").get("status", "not run")
         return (
             f"A GPU run on {kind} is in `benchmarks/results/` but `cvae bench` gave no figures "
             f"there (its part: {status}); see [performance](performance.md#on-a-gpu) for what the "
