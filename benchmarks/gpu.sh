@@ -1,99 +1,71 @@
 #!/usr/bin/env bash
-# First, once, from the repository root: pip install ".[all,cuda,test]"   (or pass --install)
+# The GPU's figures: the CPU's harness (cvae bench) with GPU-sized parts, and the conformance suite
+# on the device, each in a call of its own, both inside one 15-minute device session.
 #
-# Every GPU measurement of this project in one prepared run of at most 8 minutes:
+#     benchmarks/gpu.sh bench [--out DIR] [cvae bench flags]   # about 4 minutes on one H200
+#     benchmarks/gpu.sh suite [--out DIR]                      # about 5 minutes
+#     benchmarks/gpu.sh smoke [--out DIR]                      # both on the CPU, toy sizes
 #
-#     benchmarks/gpu.sh [--install] [--smoke-cpu] [--budget SECONDS] [--out DIR] [--only P,P]
-#                       [--limit P=SECONDS,...]
-#     benchmarks/gpu.sh --merge LATER/bench_gpu.json [--out DIR]
+# First, once, from the repository root: pip install ".[all,cuda,test]". Without a GPU (bench,
+# suite) it says so in one line and exits with status 2.
 #
-# On a machine whose JAX sees an NVIDIA GPU it prints the device, then runs, each part in
-# processes of its own under a time limit (benchmarks/gpu.py does the work):
-#
-#   bench          cvae bench, every implementation and path, batch 1 and 4096: step time and
-#                  ratio to pure JAX, compile time (trace, lower, compile), per-call overhead (an
-#                  empty step), the epoch as one call, FLOPs against an 8192 matmul roof, pure
-#                  JAX's data-parallel mechanisms on the devices present
-#   bf16           benchmarks/step_time.py: float32 against bfloat16, batch 4096 and 256
-#   dispatch       benchmarks/dispatch.py: what one call costs at batch 1 (loop, scan, identity)
-#   data_parallel  benchmarks/data_parallel.py: every implementation and mechanism, devices present
-#   roof           benchmarks/roof_gap.py: pure JAX's step and its parts against the roof
-#   bench_2        cvae bench again at batch 8 and 256, merged into the same file
-#   bench_3        cvae bench again at batch 64 and 1024, merged into the same file
-#   suite          the conformance suite on the GPU, every implementation (see below)
-#
-# and writes, into --out, else $GPU_BENCH_OUT, else $OUT, else benchmarks/results/:
-# bench_gpu.json (the cvae bench figures, and under "gpu_run" the device, the versions and every
-# part's outcome: ok, failed, timed out, partial or skipped), step_time_gpu.json,
-# dispatch_gpu.json, data_parallel_gpu.json, roof_gap_gpu.json, and gpu_logs/ beside them
-# (runs/gpu_logs/ when they go to benchmarks/results/): each process's output, the suite's JSON
-# reports. A part that fails or runs out of time is recorded as such and
-# the next one runs. Then `python benchmarks/render.py` puts the figures on docs/performance.md and
-# docs/choosing.md beside the CPU ones.
-#
-# Without a GPU it says so in one line and exits with status 2. --smoke-cpu runs every part on the
-# CPU at toy sizes into a temporary folder (or --out), files named *_smoke.json: a check that the
-# script still works (tests/test_gpu_script.py runs it), no figure of it means anything.
-#
-# The time budget (8 minutes on one H200 with 16 host cores; no compile time measured there yet).
-# gpu.py stops at 450 s from its start; every part has a limit, shrunk to what is left; the suite
-# comes last, so that it takes whatever the benchmarks leave (at least 120 s are kept for it):
-#
-#   preflight       ~10 s     JAX starting on the GPU once, versions, nvidia-smi
-#   bench           <=90 s    ~24 programs compiled per batch size (5 fast paths, 5 empty steps,
-#                             5 scans, NNX's and Equinox's own paths, twice the cleared ones, the
-#                             roofs); on two CPU cores each takes 1.2-1.8 s
-#                             (benchmarks/results/bench_cpu.json): ~25-30 s a batch size, 2 batch
-#                             sizes, starting JAX and five frameworks, the data-parallel cases.
-#                             cvae bench writes its file at the end only, so it runs as three
-#                             runs of two batch sizes: one stopped by its limit loses only its own
-#   bf16            <=60 s    9 paths x 2 dtypes x 2 batch sizes, one compile each (~40 s);
-#                             written after each, 4096 first: stopped early, it keeps whole pairs
-#   dispatch        <=35 s    6 fast paths x (step, scan, identity) at batch 1
-#   data_parallel   <=40 s    5 implementations x (serial + pmap, sharded, shard_map) per count
-#   roof            <=35 s    11 programs of pure JAX's step and its parts, one process
-#   bench_2         <=70 s    batch 8 and 256    } each only as far as the suite keeps its 120 s
-#   bench_3         <=70 s    batch 64 and 1024  }
-#   suite          <=330 s    the rest of the 450 s
-#
-# The suite: one passing implementation takes ~200 s on two CPU cores cold
-# (benchmarks/results/suite_cost_cpu.json), of which its precision and bfloat16 checks
-# (test_precision, 12 checks on the 784-pixel model in float32 and bfloat16) ~50 s of CPU time; the
-# pairwise checks of five implementations are 90 more. Five implementations one after the other
-# would take ~17 minutes; so they run side by side, one process per implementation for
-# test_precision, one per implementation for every other check and one for the pairs: 11 processes
-# on 16 cores, each session's memory not preallocated (XLA_PYTHON_CLIENT_PREALLOCATE=false). Its
-# precision and bfloat16 sessions are the short ones (they fit the time by a wide margin); the
-# other checks and the pairs end when the time does, interrupted with SIGINT so that pytest still
-# writes its report, whose counts then say how far each got (the figures are recorded per
-# implementation: passed, failed, skipped, whether every check was reached, the first failure). The suite sets float32 matmuls to
-# "highest" precision for its own checks and runs its default hypothesis profile (ci).
-#
-# Options: --install runs pip install ".[all,cuda,test]" first (not counted in the budget);
-# --budget SECONDS changes the 450 s; --only bench,suite runs those parts alone; --limit
-# bench=240,roof=60 replaces those parts' limits (still within the budget); --merge FILE runs
-# nothing and folds FILE, the bench_gpu.json of a later run of some parts (--only ... --out
-# elsewhere), into --out's bench_gpu.json, the later run's parts replacing the earlier's and marked
-# with their run; the environment variable PYTHON names the interpreter (default python3, or
-# python where there is no python3).
+# bench: cvae bench at batch 1, 256 and 4096 (the roof a 8192 matmul, bfloat16 at 4096, the
+#   data-parallel mechanisms on the devices present), killed at BENCH_LIMIT seconds (300): the
+#   last H200 run measured batch 1 and 4096 with every path in 120 s, so three batch sizes with 10
+#   rounds fit with room to spare. It writes DIR/bench.json (default benchmarks/results/gpu/);
+#   copy it to benchmarks/results/bench_gpu.json and run python benchmarks/render.py.
+# suite: every implementation's conformance suite side by side, one pytest per implementation,
+#   each stopped with SIGINT at SUITE_LIMIT seconds (280) so that it still writes its report
+#   (DIR/conformance-IMPL.json, its log beside it); the counts then say how far each got.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(dirname "$here")"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$(command -v python3 || command -v python)}"
+part="${1:-}"
+shift || true
+out="$root/benchmarks/results/gpu"
+if [[ "${1:-}" == "--out" ]]; then out="$2"; shift 2; fi
+mkdir -p "$out"
 
-args=()
-install=0
-for arg in "$@"; do
-    case "$arg" in
-        --install) install=1 ;;
-        *) args+=("$arg") ;;
-    esac
-done
-
-if [[ "$install" == 1 ]]; then
-    echo "pip install \"$root[all,cuda,test]\""
-    "$python" -m pip install --quiet "$root[all,cuda,test]"
+case "$part" in
+    bench|suite|smoke) ;;
+    *) echo "benchmarks/gpu.sh: expected a part (bench, suite or smoke), got '${part}'"; exit 2 ;;
+esac
+if [[ "$part" != smoke ]] && ! "$python" -c 'import jax, sys; sys.exit(jax.default_backend() != "gpu")' 2>/dev/null; then
+    echo "benchmarks/gpu.sh: expected a GPU that JAX sees, got backend $("$python" -c 'import jax; print(jax.default_backend())' 2>/dev/null || echo '(jax not importable)')"
+    exit 2
 fi
 
-exec "$python" "$here/gpu.py" ${args[@]+"${args[@]}"}
+bench() {  # the part's time limit, then cvae bench's flags
+    timeout --signal=INT --kill-after=10 "$1" "$python" -m cvae_rosetta bench --out "$out" \
+        --overwrite --no-progress "${@:2}"
+}
+
+suite() {  # the time limit, pytest's own arguments, then the implementations, side by side
+    local limit=$1 selection=$2 status=0
+    shift 2
+    for impl in "$@"; do
+        # shellcheck disable=SC2086
+        timeout --signal=INT --kill-after=20 "$limit" "$python" -m pytest -q -p no:cacheprovider \
+            --pyargs cvae_rosetta.conformance $selection --impl "$impl" \
+            --conformance-report "$out/conformance-$impl.json" >"$out/conformance-$impl.log" 2>&1 &
+    done
+    for job in $(jobs -p); do wait "$job" || status=$?; done
+    tail -n 1 "$out"/conformance-*.log
+    return "$status"
+}
+
+case "$part" in
+    bench)
+        bench "${BENCH_LIMIT:-300}" --batch-sizes 1,256,4096 --roof-size 8192 \
+            --precision-batches 4096 --devices 1 --epoch-examples 65536 "$@" ;;
+    suite)
+        suite "${SUITE_LIMIT:-280}" "" $("$python" -c 'from cvae_rosetta.spec import protocol
+print(" ".join(i.name for i in protocol.known() if i.installed))') ;;
+    smoke)
+        export JAX_PLATFORMS=cpu
+        bench 600 --impls pure_jax --batch-sizes 2 --rounds 5 --steps 8 --unrolls 1 --devices 1 \
+            --mechanisms sharded --parallel-batch 4 --roof-size 64 --precision-batches 2 \
+            --epoch-examples 16 "$@"
+        suite 300 "-k init" pure_jax ;;
+esac

@@ -640,8 +640,8 @@ def _add_bench_command(sub: Any) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="about a minute: batch sizes 8,256, 3 rounds, fewer steps, pure JAX only in the "
-        "data-parallel cases (flags given explicitly still apply)",
+        help="about a minute: batch sizes 8,256, 5 rounds, fewer steps, pure JAX only in the "
+        "data-parallel cases, no bfloat16 (flags given explicitly still apply)",
     )
     default = bench.Settings()
     for name, metavar, text in (
@@ -661,6 +661,12 @@ def _add_bench_command(sub: Any) -> None:
         ("parallel-batch", "B", f"global batch, data parallelism [{default.parallel_batch}]"),
         ("parallel-impls", "A,B", "implementations, data parallelism [every benchmarked one]"),
         ("roof-size", "N", f"N of the N x N matmul roof [{default.roof_size}]"),
+        (
+            "precision-batches",
+            "B,B",
+            "batch sizes of bfloat16 against float32, or none "
+            f"[{_joined(default.precision_batches)}]",
+        ),
     ):
         p.add_argument(f"--{name}", default=None, metavar=metavar, help=text)
     p.set_defaults(func=cmd_bench)

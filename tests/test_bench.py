@@ -9,10 +9,11 @@ with one line before anything is written.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import os
+import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +27,10 @@ from cvae_rosetta.spec import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
-    *("--batch-sizes", "2", "--rounds", "2", "--steps", "8", "--epoch-examples", "16"),
+    *("--batch-sizes", "2", "--rounds", "5", "--steps", "8", "--epoch-examples", "16"),
     *("--unrolls", "1", "--devices", "1,2", "--mechanisms", "sharded"),
     *("--parallel-impls", "pure_jax", "--parallel-batch", "2", "--roof-size", "64"),
+    *("--precision-batches", "2"),
     "--no-progress",
 ]
 
@@ -67,11 +69,12 @@ def test_writes_the_result_file_the_page_and_the_plots(tiny):
     out, _ = tiny
     assert (out / bench_results.RESULT_FILE).is_file()
     page = (out / bench_results.PAGE_FILE).read_text()
-    assert page.startswith("# Performance")
+    assert page.startswith("# Benchmark: CPU")
     for name in bench_report().PLOTS:
         assert (out / f"bench_{name}.png").is_file(), name
         assert f"(bench_{name}.png)" in page
-    assert "### batch 2" in page and "## Goals" in page
+    for heading in ("## Fast paths against pure JAX", "## bfloat16 against float32", "## Goals"):
+        assert heading in page
 
 
 def test_every_implementation_and_path_is_measured(tiny):
@@ -84,10 +87,11 @@ def test_every_implementation_and_path_is_measured(tiny):
         for key in ("trace_s", "lower_s", "compile_s", "first_call_s", "overhead_us"):
             assert isinstance(row[key], float), (row["label"], key)
         assert set(row["step_us"]) == {"median", "min", "max", "rounds"}
-        assert len(row["step_us"]["rounds"]) == 2
-        assert set(row["vs_pure_jax"]) == set(bench.RATIO_FIELDS)
+        assert len(row["step_us"]["rounds"]) == 5
+        assert set(row["vs_pure_jax"]) == {*bench.RATIO_FIELDS, "step"}
+        assert row["vs_pure_jax"]["step"]["low"] is not None  # five rounds give an interval
         if row["kind"] == "fast":
-            assert len(row["empty_step_us"]["rounds"]) == 2 and row["empty_step_us"]["min"] > 0
+            assert len(row["empty_step_us"]["rounds"]) == 5 and row["empty_step_us"]["min"] > 0
             assert row["flops"] > 0
             assert row["memory"]["temp_size_in_bytes"] >= 0
             assert row["hlo"]["instructions"] > 0
@@ -100,7 +104,11 @@ def test_every_implementation_and_path_is_measured(tiny):
     assert len(data["load_average"]["start"]) == 3 and len(data["load_average"]["end"]) == 3
     assert data["peak_rss_bytes"] > 0
     others = data["other_processes_cpu"]
-    assert others["cores"] >= 0 and set(others["phases"]) == {"batch 2", "data parallel"}
+    assert others["cores"] >= 0
+    assert set(others["phases"]) == {"batch 2", "data parallel", "bfloat16"}
+    assert {(r["impl"], r["dtype"]) for r in data["precision"][0]["rows"]} == {
+        (i, d) for i in {r["impl"] for r in batch["paths"]} for d in ("float32", "bfloat16")
+    }
     cases = {(r["impl"], r["mechanism"], r["devices"]) for r in data["data_parallel"]["rows"]}
     assert cases == {
         ("pure_jax", "none", 1),
@@ -146,6 +154,12 @@ def check_derived(data: dict) -> None:
             assert close(row["gflops_per_s"], fast["flops"] / row["step_us"]["median"] / 1e3)
             assert close(row["roof_fraction"], row["gflops_per_s"] / roof)
             assert close(row["loop_examples_per_s"], b / row["step_us"]["median"] * 1e6)
+            pairs = zip(row["step_us"]["rounds"], base["step_us"]["rounds"], strict=True)
+            per_round = sorted(a / r for a, r in pairs)
+            step = row["vs_pure_jax"]["step"]
+            assert close(step["ratio"], statistics.median(per_round))
+            assert step["low"] in per_round and step["high"] in per_round
+            assert step["within_noise"] == (step["low"] <= 1.0 <= step["high"])
         for scan in batch["epoch"]:
             assert close(scan["examples_per_s"], b * k / scan["call_us"]["median"] * 1e6)
             ref = next(s for s in batch["epoch"] if s["impl"] == "pure_jax" and s["unroll"] == 1)
@@ -169,43 +183,37 @@ def bench_report():
     return bench_report
 
 
-def spread(median: float) -> dict:
-    return {"median": median, "min": 0.9 * median, "max": 1.2 * median, "rounds": [median]}
+ROUND_NOISE = (1.0, 1.04, 0.97, 1.02, 0.99, 1.03, 0.98, 1.01, 0.96, 1.0)  # +-4 % round to round
 
 
-def synthetic(load: float = 0.4) -> dict:
+def spread(median: float, factors=ROUND_NOISE) -> dict:
+    rounds = [median * f for f in factors]
+    return {"median": median, "min": min(rounds), "max": max(rounds), "rounds": rounds}
+
+
+def synthetic(load: float = 0.4, other: float = 1.05, noise=(1.0,) * 10) -> dict:
     """A measured result as ``bench.run`` leaves it before :func:`bench.summarize`: pure JAX and
-    one other implementation with an idiomatic path of its own, at batch sizes 8 and 256."""
+    one other implementation (``other`` times pure JAX's step, its rounds' noise ``noise`` against
+    pure JAX's own) with an idiomatic path of its own, at batch sizes 8 and 256."""
     batches = {}
     for b, us in ((8, 100.0), (256, 1000.0)):
         flops = 1e6 * b
         fast = dict(kind="fast", trace_s=0.2, lower_s=0.1, compile_s=1.0, first_call_s=1.4)
         fast.update(flops=flops, memory={"temp_size_in_bytes": 2**20}, hlo=bench.hlo_stats(""))
+        base = spread(us)
+        mine_noise = [a * n for a, n in zip(ROUND_NOISE, noise, strict=True)]
+        mine = spread(us * other, mine_noise)
         rows = [
-            dict(
-                impl="pure_jax",
-                path="fast",
-                label="pure_jax",
-                **fast,
-                step_us=spread(us),
-                empty_step_us=spread(40.0 + b / 256),
-            ),
+            dict(impl="pure_jax", path="fast", label="pure_jax", **fast, step_us=base),
             dict(
                 impl="pure_jax",
                 path="idiomatic",
                 label="pure_jax:idiomatic",
                 same_as_fast=True,
                 **fast,
-                step_us=spread(us),
+                step_us=base,
             ),
-            dict(
-                impl="other",
-                path="fast",
-                label="other",
-                **fast,
-                step_us=spread(us * 1.05),
-                empty_step_us=spread(25.0),
-            ),
+            dict(impl="other", path="fast", label="other", **fast, step_us=mine),
             dict(
                 impl="other",
                 path="other.jit",
@@ -215,49 +223,43 @@ def synthetic(load: float = 0.4) -> dict:
                 lower_s=0.1,
                 compile_s=1.1,
                 first_call_s=1.6,
-                step_us=spread(us + 400.0),
+                step_us=spread(us * other + 400.0),
             ),
         ]
+        rows[0]["empty_step_us"] = spread(40.0 + b / 256)
+        rows[2]["empty_step_us"] = spread(25.0)
         epoch = [
-            dict(
-                impl=i,
-                unroll=1,
-                steps=16,
-                trace_s=0.2,
-                lower_s=0.1,
-                compile_s=1.5,
-                memory={},
-                call_us=spread(16 * us * 0.9),
-            )
+            dict(impl=i, unroll=1, steps=16, trace_s=0.2, lower_s=0.1, compile_s=1.5, memory={})
             for i in ("pure_jax", "other")
         ]
+        epoch[0]["call_us"] = spread(16 * us * 0.9)
+        epoch[1]["call_us"] = spread(16 * us * 0.9 * other, mine_noise)
         epoch.append(dict(epoch[0], unroll=4, call_us=spread(16 * us * 0.8)))
         batches[str(b)] = {
             "batch_size": b,
             "steps_per_round": 16,
-            "roof": {
-                "shape": [64, 64, 64],
-                "flops": 2 * 64**3,
-                "call_us": spread(5.0),
-                "gflops_per_s": 2 * 64**3 / 5.0 / 1e3,
-            },
-            "layer_roof": {
-                "shape": [b, 794, 256],
-                "flops": 2.0 * b * 794 * 256,
-                "call_us": spread(50.0),
-                "gflops_per_s": 2.0 * b * 794 * 256 / 5e4,
-            },
+            "roof": {"shape": [64, 64, 64], "flops": 2 * 64**3, "call_us": spread(5.0)},
+            "layer_roof": {"shape": [b, 794, 256], "flops": 2.0 * b * 794 * 256},
             "paths": rows,
             "epoch": epoch,
             "peak_rss_bytes": 2**29,
         }
+        for roof in (batches[str(b)]["roof"], batches[str(b)]["layer_roof"]):
+            roof["call_us"] = spread(5.0)
+            roof["gflops_per_s"] = roof["flops"] / 5.0 / 1e3
     parallel = [
         dict(impl=i, mechanism=m, devices=n, first_call_s=1.0, step_us=spread(500.0 * n))
         for i in ("pure_jax", "other")
         for m, n in (("none", 1), ("sharded", 2), ("shard_map", 2))
     ]
+    precision = [
+        dict(impl=i, dtype=d, step_us=spread(1000.0 * (0.6 if d == "bfloat16" else 1.0)))
+        for d in ("float32", "bfloat16")
+        for i in ("pure_jax", "other")
+    ]
     return {
         "schema": bench_results.SCHEMA,
+        "kind": "bench",
         "command": ["cvae", "bench"],
         "settings": bench.Settings(batch_sizes=(8, 256)).to_dict(),
         "environment": {
@@ -285,84 +287,8 @@ def synthetic(load: float = 0.4) -> dict:
             "rows": parallel,
             "skipped": [],
         },
+        "precision": [{"batch_size": 256, "steps_per_round": 16, "rows": precision}],
     }
-
-
-def roof_gap_result() -> dict:
-    """A result of ``benchmarks/roof_gap.py`` with two flag sets."""
-    items = ("roof", "step", "epoch", "grads", "update", "matmuls", "split_condition")
-
-    def entry(flags: str, what: str, step_ms: float) -> dict:
-        ms = dict.fromkeys(items, step_ms)
-        flops = dict.fromkeys(items, 2e9)
-        return {
-            "flags": flags,
-            "what": what,
-            "ms": ms,
-            "roof_gflops_per_s": 300.0,
-            "flops": flops,
-            "gflops_per_s": {i: flops[i] / ms[i] / 1e6 for i in items},
-            "hlo": {"step": bench.hlo_stats("")},
-            "compile_s": {},
-            "load_average": [[0.1, 0.2]],
-            "profiles": {
-                "step": {
-                    "wall_ms": step_ms,
-                    "thunk_ms": {"loop fusion": 1.0},
-                    "top": [
-                        {
-                            "name": "f",
-                            "kind": "loop fusion",
-                            "shape": "8",
-                            "ms": 1.0,
-                            "gflops_per_s": None,
-                        }
-                    ],
-                    "note": "made-up",
-                }
-            },
-        }
-
-    return {
-        "jax": "0.10.2",
-        "cpu": "Made-up CPU",
-        "cpu_count": 2,
-        "batch_size": 1024,
-        "rounds": 1,
-        "steps": 2,
-        "passes": 1,
-        "roof_size": 64,
-        "xla_flags": "",
-        "sets": {
-            "default": entry("", "defaults", 10.0),
-            "fast_math": entry("--xla_cpu_enable_fast_math=true", "made-up", 9.0),
-        },
-    }
-
-
-def dispatch_result() -> dict:
-    us = {"loop": 500.0, "scan": 450.0, "identity": 40.0, "blocked loop": 600.0}
-    return {
-        "cpu": "Made-up CPU",
-        "cpu_count": 2,
-        "rounds": 1,
-        "steps": 2,
-        "configs": {
-            "default": {
-                "env": {},
-                "what": "defaults",
-                "load_average": [0.1, 0.1],
-                "batches": {"1": {"pure_jax": {**us, "overhead": 50.0, "leaves": 56}}},
-            }
-        },
-    }
-
-
-def load_render():
-    spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_summarize_derives_ratios_and_goals_from_a_synthetic_file():
@@ -370,118 +296,169 @@ def test_summarize_derives_ratios_and_goals_from_a_synthetic_file():
     check_derived(data)
     rows = {r["label"]: r for r in data["batches"]["8"]["paths"]}
     assert math.isclose(rows["other"]["vs_pure_jax"]["step_us.median"], 1.05)
-    assert math.isclose(rows["other:other.jit"]["vs_fast"]["extra_us"], 400.0 - 5.0)
-    assert data["goals"]["fast_within_ratio"]["met"] is False
+    assert math.isclose(rows["other"]["vs_pure_jax"]["step"]["ratio"], 1.05)
+    assert math.isclose(rows["other:other.jit"]["vs_fast"]["extra_us"], 400.0)
+    assert data["goals"]["fast_within_ratio"]["met"] is False  # 1.05x, every round
     assert data["goals"]["fast_within_ratio"]["worst"]["label"] == "other"
     assert data["goals"]["roof_fraction"]["batch"] == 256
-    overhead = data["goals"]["fast_overhead_us"]  # the largest empty step, not the scan figure
+    overhead = data["goals"]["fast_overhead_us"]
     assert overhead["worst"]["label"] == "pure_jax" and overhead["worst"]["batch"] == 256
     assert math.isclose(overhead["worst"]["us"], 41.0) and overhead["met"] is False
-    assert overhead["scan_worst"]["batch"] == 8  # the scan-based figure at the smallest batch
+    bf16 = {r["impl"]: r for r in data["precision"][0]["rows"] if r["dtype"] == "bfloat16"}
+    assert math.isclose(bf16["other"]["vs_float32"]["ratio"], 0.6)
     assert bench.summarize(copy.deepcopy(data)) == data  # derived only from measured figures
 
 
-def test_renderer_writes_the_page_and_plots_from_a_synthetic_file(tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
-    source = results / "bench_cpu.json"
-    source.write_text(json.dumps(bench.summarize(synthetic(load=3.0))))
-    (results / "data_parallel_cpu.json").write_text(
-        json.dumps(
-            {
-                "jax": "0.10.2",
-                "backend": "cpu",
-                "device_kind": "cpu",
-                "cpu_count": 2,
-                "batch_size": 256,
-                "rounds": 1,
-                "steps": 4,
-                "note": "forced host devices share the machine's cores",
-                "rows": [
-                    dict(
-                        impl="pure_jax",
-                        mechanism=m,
-                        devices=n,
-                        median_us=1.0,
-                        min_us=1.0,
-                        max_us=1.0,
-                        ratio_to_serial=1.0,
-                    )
-                    for m, n in (("none", 1), ("sharded", 2))
-                ],
-            }
-        )
-    )
-    (results / "roof_gap_cpu.json").write_text(json.dumps(roof_gap_result()))
-    (results / "dispatch_cpu.json").write_text(json.dumps(dispatch_result()))
-    out = tmp_path / "docs" / "performance.md"
-    out.parent.mkdir()
-    render = load_render()
-    assert render.main(["--bench", str(source), "--results", str(results), "--out", str(out)]) == 0
-    page = out.read_text()
-    assert page.startswith("# Performance")
-    for text in (
-        "### batch 8",
-        "### batch 256",
-        "| other:other.jit |",
-        "1.050x",
-        "**These figures were taken on a loaded machine**",
-        "## Data parallelism: `data_parallel_cpu.json`",
-        "forced host devices share the machine's cores",
-        "within 1.03x from",
-        "## Closing the gap to the roof: `roof_gap_cpu.json`",
-        "| fast_math: made-up | `--xla_cpu_enable_fast_math=true` | 9.00 | 0.900x |",
-        "## What a call costs: `dispatch_cpu.json`",
-        "| pure_jax | 56 | 500 | 450 | 50 | 40 | 600 |",
-        # the findings in words, computed from the files' own figures
-        "a jitted identity over a fast path's train state (56 leaves) costs 40 to 40 µs",
-        "A step in the Python loop costs 50 to 50 µs more than the same step inside one",
-        "the fastest set, fast_math (`--xla_cpu_enable_fast_math=true`), the step 10% faster",
-        "Its matmuls alone take 10.00 ms",
-    ):
-        assert text in page, text
-    for name in bench_report().PLOTS:
-        assert f"(img/bench_{name}.png)" in page
-        assert (out.parent / "img" / f"bench_{name}.png").stat().st_size > 1000
-    quiet = bench_report().page(bench.summarize(synthetic()), {}, source="x", generated_by="y")
-    assert "loaded machine" not in quiet
+# --- intervals and what the pages say about them --------------------------------------------------
 
 
-def nnx_paths_result() -> dict:
-    """A ``cvae bench --impls pure_jax,flax_nnx`` result: the other implementation is Flax NNX,
-    with its three stateful paths instead of one idiomatic path, each slower than its fast path
-    by a fixed time per call."""
-    data = json.loads(json.dumps(synthetic(load=3.0)).replace('"other', '"flax_nnx'))
+def test_the_interval_holds_the_median_of_the_paired_ratios():
+    ten = bench_results.interval([1.0 + i / 100 for i in range(10)], [1.0] * 10)
+    assert math.isclose(ten["ratio"], 1.045) and ten["rounds"] == 10
+    # ten rounds: the 2nd smallest and 2nd largest (97.9 %); five: the extremes (93.8 %)
+    assert (ten["low"], ten["high"]) == (1.01, 1.08) and ten["confidence"] > 0.95
+    assert ten["within_noise"] is False
+    five = bench_results.interval([0.9, 1.1, 1.0, 1.05, 0.95], [1.0] * 5)
+    assert (five["low"], five["high"], five["within_noise"]) == (0.9, 1.1, True)
+    few = bench_results.interval([1.0, 2.0], [1.0, 1.0])
+    assert few["low"] is None and few["within_noise"] is None
+    # drift that hits both alike cancels: the pairs, not the pooled rounds, decide
+    drift = [1.0, 2.0, 4.0, 8.0, 16.0]
+    paired = bench_results.interval([1.02 * d for d in drift], drift)
+    assert math.isclose(paired["low"], 1.02) and paired["within_noise"] is False
+    with pytest.raises(ValueError, match="rounds: expected"):
+        bench_results.interval([1.0], [1.0, 2.0])
+
+
+def pages(result: dict, tmp_path: Path) -> tuple[str, str]:
+    """The performance page and the decision table rendered from ``result`` alone."""
+    report = bench_report()
+    source = tmp_path / "bench_cpu.json"
+    source.write_text(json.dumps(result))
+    docs = tmp_path / "docs"
+    docs.mkdir(exist_ok=True)
+    (docs / "choosing.md").write_text(f"# x\n\n{report.DECISION_BEGIN}\n{report.DECISION_END}\n")
+    report.render_docs([(source, "bench_")], docs)
+    return (docs / "performance.md").read_text(), (docs / "choosing.md").read_text()
+
+
+def test_a_difference_inside_the_noise_is_called_so_and_not_ranked(tmp_path):
+    # 1 % slower, with rounds that scatter by +-6 % against pure JAX's own
+    noisy = (1.06, 0.95, 1.04, 0.94, 1.05, 0.97, 1.03, 0.96, 1.02, 1.0)
+    performance, _ = pages(synthetic(other=1.01, noise=noisy), tmp_path)
+    assert "Beyond noise: other 1." not in performance
+    assert "Within noise at every batch size: other." in performance
+    assert re.search(r"≈ 1\.0\dx \(", performance)
+    assert "No difference beyond noise." in performance
+
+
+def test_a_clear_difference_is_ranked(tmp_path):
+    performance, _ = pages(synthetic(other=1.5), tmp_path)
+    assert "Beyond noise: other 1.50x at every batch size." in performance
+    assert "| other | 1.50x (" in performance and "≈ 1.50x" not in performance
+    # two wrappers' differences are ranked by size, largest first
+    data = synthetic(other=1.5)
     for batch in data["batches"].values():
-        rows = batch["paths"]
-        idiomatic = rows.pop()  # flax_nnx's one idiomatic row, replaced by NNX's three
-        fast = rows[-1]["step_us"]["median"]
-        for path, extra in (
-            ("nnx.jit in place", 900.0),
-            ("nnx.cached_partial", 300.0),
-            ("nnx.jit tree mode", 500.0),
-        ):
-            label = f"flax_nnx:{path}"
-            rows.append(dict(idiomatic, path=path, label=label, step_us=spread(fast + extra)))
-    return bench.summarize(data)
+        row = dict(batch["paths"][-1], path="small.jit", label="other:small.jit")
+        row["step_us"] = spread(batch["paths"][2]["step_us"]["median"] * 1.2)
+        batch["paths"].append(row)
+    performance, _ = pages(data, tmp_path)
+    big = performance.index("other `other.jit` ")
+    small = performance.index("other `small.jit` ", performance.index("Beyond noise: other `"))
+    assert big < small
 
 
-def test_renderer_tells_the_nnx_paths_from_their_own_file(tmp_path):
-    (tmp_path / "nnx_paths_cpu.json").write_text(json.dumps(nnx_paths_result()))
-    page = load_render().render(tmp_path)
-    section = page[page.index("## Flax NNX's ways to run the step: `nnx_paths_cpu.json`") :]
-    for text in (
-        "| pure_jax | 100 (1.000x) | 1000 (1.000x) |",
-        "| flax_nnx | 105 (1.050x) | 1050 (1.050x) |",
-        "| flax_nnx:nnx.jit tree mode | 605 (6.050x) | 1550 (1.550x) |",
-        "**Taken on a loaded machine**",
-        # the findings in words, computed from the file's own figures
-        "by 900 µs with `nnx.jit` in graph mode, 500 µs in tree mode and 300 µs through",
-        "Tree mode's step, against graph mode's: 40% faster (0.602x); against the cached",
-        "The order graph mode, tree mode, `nnx.cached_partial`, slowest first, holds",
-        "At batch 256 the three are within 1.857x of the fast path",
-    ):
-        assert text in section, text
+def test_every_ratio_on_the_pages_carries_an_interval(tmp_path):
+    committed = [ROOT / "docs" / "performance.md", ROOT / "docs" / "choosing.md"]
+    made_up = pages(bench.summarize(synthetic()), tmp_path)
+    for text in [*made_up, *(p.read_text() for p in committed)]:
+        for match in re.finditer(r"(\d+\.\d+)x(?! to )", text):
+            after = text[match.end() : match.end() + 40]
+            before = text[max(0, match.start() - 80) : match.start()]
+            ranged = re.match(r" \(\d+\.\d+–\d+\.\d+\)", after) or "no interval" in after
+            # the findings' sentences name ranges of ratios given with intervals in the table
+            told = "Beyond noise" in text[max(0, match.start() - 600) : match.start()]
+            assert ranged or (told and " at " in after[:20] + before[-20:]), text[
+                match.start() - 60 : match.end() + 40
+            ]
+
+
+def test_the_committed_pages_are_what_the_committed_results_render(tmp_path):
+    """Every figure on performance.md and the decision table is generated: rendering the
+    committed result files again gives the committed pages, word for word."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("choosing.md", "performance.md"):
+        (docs / name).write_text((ROOT / "docs" / name).read_text())
+    sources = [
+        (ROOT / "benchmarks" / "results" / name, prefix)
+        for name, prefix in (("bench_cpu.json", "bench_"), ("bench_gpu.json", "bench_gpu_"))
+    ]
+    bench_report().render_docs([s for s in sources if s[0].is_file()], docs)
+    for name in ("choosing.md", "performance.md"):
+        assert (docs / name).read_text() == (ROOT / "docs" / name).read_text(), name
+
+
+# Every figure the pages read, per result: the schema's contract with the renderer.
+NEEDED = {
+    "batch": ("batch_size", "steps_per_round", "roof.gflops_per_s", "roof.call_us.rounds"),
+    "path": (
+        "impl",
+        "path",
+        "label",
+        "step_us.rounds",
+        "vs_pure_jax.step.ratio",
+        "vs_fast.step.ratio",
+        "trace_s",
+        "lower_s",
+        "compile_s",
+        "first_call_s",
+        "gflops_per_s",
+    ),
+    "fast": ("empty_step_us.median", "flops", "hlo.fusions", "hlo.transposes", "roof_interval"),
+    "scan": ("impl", "unroll", "call_us.rounds", "vs_pure_jax.step.ratio", "roof_fraction"),
+    "result": (
+        "schema",
+        "kind",
+        "started",
+        "settings.rounds",
+        "settings.roof_size",
+        "settings.model",
+        "environment.versions.jax",
+        "environment.cpu_model",
+        "environment.device_count",
+        "environment.backend",
+        "goals.fast_within_ratio",
+        "data_parallel.rows",
+    ),
+}
+
+
+def missing(result: dict) -> list[str]:
+    gaps = [f for f in NEEDED["result"] if bench._get(result, f) is None]
+    for b, batch in result["batches"].items():
+        gaps += [f"{b}.{f}" for f in NEEDED["batch"] if bench._get(batch, f) is None]
+        for row in batch["paths"]:
+            fields = NEEDED["path"] + (NEEDED["fast"] if row["path"] == "fast" else ())
+            gaps += [f"{row['label']}.{f}" for f in fields if bench._get(row, f) is None]
+        for scan in batch["epoch"]:
+            gaps += [f"scan.{f}" for f in NEEDED["scan"] if bench._get(scan, f) is None]
+    return gaps
+
+
+@pytest.mark.parametrize("name", ["bench_cpu.json", "bench_gpu.json"])
+def test_the_committed_results_hold_every_figure_the_pages_need(name):
+    result = bench_results.load(ROOT / "benchmarks" / "results" / name)
+    assert missing(result) == []
+    assert bench_results.provenance(result)
+    if name == "bench_cpu.json":  # the harness of today wrote it
+        assert result.get("schema_read") is None and result["precision"]
+        assert result["settings"]["rounds"] >= 10
+
+
+def test_the_tiny_run_holds_every_figure_the_pages_need(tiny):
+    _, data = tiny
+    assert missing(data) == []
 
 
 def test_a_loaded_machine_is_told_by_other_processes_cpu_time_first():
@@ -493,6 +470,92 @@ def test_a_loaded_machine_is_told_by_other_processes_cpu_time_first():
     assert bench_results.loaded(data)  # one busy phase is enough
     data["other_processes_cpu"] = {"cores": 0.3, "phases": {}}
     assert bench_results.loaded(data)
+
+
+def test_the_page_of_a_run_holds_its_plots_and_says_when_the_machine_was_loaded(tmp_path):
+    report = bench_report()
+    data = bench.summarize(synthetic(load=3.0))
+    images = report.plots(data, tmp_path)
+    assert set(images) == set(report.PLOTS)
+    for file in images.values():
+        assert (tmp_path / file).stat().st_size > 1000
+    page = report.page(data, images, source="bench.json")
+    assert "**Taken on a loaded machine**" in page
+    assert "bfloat16 against float32" in page and "| other | 0.60x (" in page
+    assert "loaded machine" not in report.page(bench.summarize(synthetic()), {}, source="x")
+
+
+def test_an_old_schema_is_read_by_deriving_its_figures_again(tmp_path):
+    data = synthetic()
+    data["schema"] = "cvae-bench/1"
+    del data["kind"], data["precision"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    loaded = bench_results.load(path)
+    assert loaded["schema"] == bench_results.SCHEMA and loaded["schema_read"] == "cvae-bench/1"
+    assert loaded["batches"]["8"]["paths"][2]["vs_pure_jax"]["step"]["ratio"] > 1
+    path.write_text(json.dumps({"schema": "something/9"}))
+    with pytest.raises(ValueError, match="schema: expected"):
+        bench_results.load(path)
+
+
+# --- the measurement code itself ------------------------------------------------------------------
+
+
+MEASUREMENT = [
+    *sorted((ROOT / "benchmarks").glob("*.py")),
+    *sorted((ROOT / "benchmarks").glob("*.sh")),
+    *sorted((ROOT / "shared" / "bench").glob("*.py")),
+]
+
+
+def test_measurement_code_stays_small_and_stands_on_the_package_alone():
+    lines = sum(len(p.read_text().splitlines()) for p in MEASUREMENT)
+    assert lines <= 3000, f"measurement code: expected at most 3,000 lines, got {lines}"
+    for path in MEASUREMENT:
+        text = path.read_text()
+        assert "sys.path" not in text, path
+        assert not re.search(r"^\s*(from|import) (tests|run_helpers|conftest)\b", text, re.M), path
+
+
+def test_the_gpu_script_refuses_without_a_gpu_in_one_line(tmp_path):
+    script = ROOT / "benchmarks" / "gpu.sh"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHON": sys.executable}
+    proc = subprocess.run(
+        [str(script), "bench", "--out", str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout.count("\n") == 1 and "expected a GPU that JAX sees, got backend cpu" in (
+        proc.stdout
+    )
+    assert not list((tmp_path / "out").iterdir())
+    proc = subprocess.run([str(script), "bogus"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "expected a part (bench, suite or smoke), got 'bogus'" in (
+        proc.stdout
+    )
+
+
+@pytest.mark.slow
+def test_the_gpu_script_smoke_run_writes_a_bench_result_and_a_suite_report(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(
+        [str(ROOT / "benchmarks" / "gpu.sh"), "smoke", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = bench_results.load(tmp_path / "bench.json")
+    assert result["environment"]["backend"] == "cpu" and list(result["batches"]) == ["2"]
+    assert result["precision"][0]["batch_size"] == 2
+    report = json.loads((tmp_path / "conformance-pure_jax.json").read_text())
+    assert report["summary"]["pure_jax"]["passed"] > 0, report["summary"]
 
 
 # --- refusals -------------------------------------------------------------------------------------
@@ -533,274 +596,3 @@ def test_a_non_empty_out_is_refused_unless_a_previous_benchmark(tmp_path, capsys
     assert main(["bench", "--out", str(out), "--overwrite", *TINY]) == 2
     assert "not a previous benchmark" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-
-
-# --- the GPU's figures beside the CPU's, from a GPU run made up here ------------------------------
-
-
-def gpu_run_files(results: Path) -> None:
-    """What one ``benchmarks/gpu.sh`` run leaves in ``results``, made up: ``bench_gpu.json`` (the
-    CPU's synthetic result with every step 10 times faster, and the run's record) and the
-    ``*_gpu.json`` files of its parts."""
-    data = synthetic()
-    for batch in data["batches"].values():
-        for row in batch["paths"]:
-            for key in ("step_us", "empty_step_us"):
-                if key in row:
-                    row[key] = spread(row[key]["median"] / 10)
-            row["compile_s"] = 3.0  # the CPU's is 1.0
-    data = bench.summarize(data)
-    data["gpu_run"] = {
-        "schema": "cvae-gpu-run/1",
-        "mode": "gpu",
-        "started": "2026-01-02 00:00:00",
-        "duration_s": 400.0,
-        "budget_s": 450.0,
-        "device": {"platform": "gpu", "kind": "Made-up GPU", "count": 1, "memory_bytes": 2**37},
-        "nvidia_smi": "Made-up GPU, 999.9, 140000 MiB",
-        "host": {"cpu_model": "Made-up host", "cpu_count": 16},
-        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "jax-cuda12-plugin": "0.10.2"},
-        "parts": {
-            "bench": {"what": "cvae bench", "status": "ok", "seconds": 90.0, "limit_s": 110.0},
-            "bf16": {"status": "ok", "file": "step_time_gpu.json"},
-            "dispatch": {"status": "ok", "file": "dispatch_gpu.json"},
-            "data_parallel": {"status": "ok", "file": "data_parallel_gpu.json"},
-            "roof": {"status": "ok", "file": "roof_gap_gpu.json"},
-            "suite": {
-                "status": "partial",
-                "implementations": {
-                    "pure_jax": {
-                        "counts": {"passed": 164, "failed": 0},
-                        "complete": True,
-                        "diagnosis": None,
-                    },
-                    "other": {
-                        "counts": {"passed": 40, "failed": 2},
-                        "complete": False,
-                        "diagnosis": {"layer": "forward", "check": "m::test_made_up"},
-                    },
-                },
-                "processes": [
-                    {
-                        "name": "suite_pairwise",
-                        "impl": "pure_jax,other",
-                        "status": "timed out",
-                        "summary": "9 passed in 200.0s",
-                    }
-                ],
-            },
-        },
-    }
-    (results / "bench_gpu.json").write_text(json.dumps(data))
-    rows = {"pure_jax": 100.0, "other": 120.0}
-    (results / "step_time_gpu.json").write_text(
-        json.dumps(
-            {
-                "jax": "0.10.2",
-                "backend": "gpu",
-                "device_kind": "Made-up GPU",
-                "rounds": 5,
-                "steps": 100,
-                "batches": {
-                    f"4096{dtype}": {
-                        label: {"median_us": us * scale, "min_us": us, "max_us": us}
-                        for label, us in rows.items()
-                    }
-                    for dtype, scale in (("", 1.0), (" bfloat16", 0.5))
-                },
-            }
-        )
-    )
-    (results / "dispatch_gpu.json").write_text(
-        json.dumps({**dispatch_result(), "backend": "gpu", "device_kind": "Made-up GPU"})
-    )
-    (results / "roof_gap_gpu.json").write_text(json.dumps(roof_gap_result()))
-    (results / "data_parallel_gpu.json").write_text(
-        json.dumps(
-            {
-                "jax": "0.10.2",
-                "backend": "gpu",
-                "device_kind": "Made-up GPU",
-                "cpu_count": 16,
-                "batch_size": 256,
-                "rounds": 5,
-                "steps": 50,
-                "note": "",
-                "rows": [
-                    dict(
-                        impl="pure_jax",
-                        mechanism=m,
-                        devices=1,
-                        median_us=us,
-                        min_us=us,
-                        max_us=us,
-                        ratio_to_serial=us / 100.0,
-                    )
-                    for m, us in (("none", 100.0), ("sharded", 110.0))
-                ],
-            }
-        )
-    )
-
-
-def render_pages(tmp_path: Path, *, gpu: bool) -> tuple[str, str]:
-    """``performance.md`` and ``choosing.md`` rendered from the synthetic CPU result (and, if
-    ``gpu``, a made-up GPU run) in a folder of their own; nothing under the repository."""
-    results, docs = tmp_path / "results", tmp_path / "docs"
-    results.mkdir()
-    docs.mkdir()
-    (results / "bench_cpu.json").write_text(json.dumps(bench.summarize(synthetic())))
-    if gpu:
-        gpu_run_files(results)
-    marked = "# Choosing\n\n<!-- gpu-summary:begin -->\nold\n<!-- gpu-summary:end -->\n\nrest\n"
-    (docs / "choosing.md").write_text(marked)
-    render = load_render()
-    args = ["--bench", str(results / "bench_cpu.json"), "--results", str(results)]
-    assert render.main([*args, "--out", str(docs / "performance.md")]) == 0
-    return (docs / "performance.md").read_text(), (docs / "choosing.md").read_text()
-
-
-def test_without_a_gpu_run_the_pages_say_so_and_how_to_measure_one(tmp_path):
-    page, choosing = render_pages(tmp_path, gpu=False)
-    section = page[page.index("## On a GPU") :]
-    assert "**Not measured yet.**" in section and "`benchmarks/gpu.sh`" in section
-    assert 'pip install ".[all,cuda,test]"' in section
-    assert "**GPU figures are not measured yet**" in choosing and "`benchmarks/gpu.sh`" in choosing
-    assert "old" not in choosing and choosing.endswith("<!-- gpu-summary:end -->\n\nrest\n")
-
-
-def test_a_gpu_run_is_rendered_beside_the_cpu_figures(tmp_path):
-    page, choosing = render_pages(tmp_path, gpu=True)
-    assert "Not measured yet" not in page
-    section = page[page.index("## On a GPU") :]
-    for text in (
-        "on **Made-up GPU** (1 device(s), 128 GiB usable)",
-        "| bench | cvae bench | ok | 90 | 110 |",
-        # the suite: counts per implementation, how far each got, its first failure
-        "| pure_jax | 164 | 0 | 0 | 0 | yes | - |",
-        "| other | 40 | 2 | 0 | 0 | no | layer `forward`: `test_made_up` |",
-        "The pairs (`-m pairwise`, pure_jax,other): timed out, 9 passed in 200.0s.",
-        # step time on the GPU, and beside the CPU's: ratios and the GPU's speed-up
-        "| other | 10 (1.050x) | 105 (1.050x) |",
-        "| other | 1.050x → 1.050x, 10.0x | 1.050x → 1.050x, 10.0x |",
-        # per-call overhead: the empty step on both, at the smallest batch
-        "| other | 2 | 25 |",
-        # compile time, GPU and CPU totals at the largest batch both measured
-        "| pure_jax | 0.20 | 0.10 | 3.00 | 3.30 | 1.30 |",
-        "### Against the matmul roof",
-        "### What a call costs, by `benchmarks/dispatch.py`",
-        "| pure_jax | 56 | 500 | 450 | 50 | 40 | 600 |",
-        "### The step and its parts against the roof, by `benchmarks/roof_gap.py`",
-        # bfloat16 against float32
-        "| other | 120 / 60, 0.50x |",
-        "### Data parallelism: `data_parallel_gpu.json`",
-        "(Made-up GPU, 16 host cores)",
-        "**One device only**: each mechanism runs on that one device",
-        "| pure_jax | 100 | 110 (1.10x) |",
-    ):
-        assert text in section, text
-    # the GPU's files are in the GPU's section only, never among the CPU's
-    assert "\n## What a call costs: `dispatch_gpu.json`" not in page
-    assert "\n## Data parallelism: `data_parallel_gpu.json`" not in page
-    for text in (
-        "**On a GPU** (Made-up GPU",
-        "| other | 1.050x (CPU 1.050x) | 1.050x (CPU 1.050x) |",
-        "costs 2 to 4 µs on the GPU at batch 8, against 25 to 40 µs on the CPU.",
-    ):
-        assert text in choosing, text
-
-
-def test_a_roof_xla_counts_no_flops_for_shows_its_own_2n3(tmp_path):
-    """On a GPU XLA's cost analysis gives -1 FLOPs for the roof's matmul: its row shows the
-    roof's GFLOP/s from 2 N^3, the figure every fraction is against, and says so."""
-    results = tmp_path / "results"
-    results.mkdir()
-    gpu_run_files(results)
-    roof = roof_gap_result()
-    base = roof["sets"]["default"]
-    base["flops"]["roof"] = -1.0
-    base["gflops_per_s"]["roof"] = -1.0 / base["ms"]["roof"] / 1e6
-    (results / "roof_gap_gpu.json").write_text(json.dumps(roof))
-    page = load_render().render_gpu(results / "bench_gpu.json", None, results)
-    assert "| the roof: one square matmul | 10.00 | - | 300 | 100% |" in page
-    assert "(XLA's cost analysis counts none for it on this device)" in page
-    assert "| -0 |" not in page
-
-
-def test_a_gpu_run_whose_parts_did_not_finish_says_so(tmp_path):
-    """A run whose ``cvae bench`` timed out, whose bfloat16 part was stopped part way, on a JAX
-    outside the project's range: the pages say each of these, and render what did finish."""
-    results = tmp_path / "results"
-    results.mkdir()
-    gpu_run_files(results)
-    data = json.loads((results / "bench_gpu.json").read_text())
-    run = {**data["gpu_run"], "versions": {"jax": "99.0", "jax-cuda13-plugin": "99.0"}}
-    run["parts"]["bench"] = {"what": "cvae bench", "status": "timed out", "limit_s": 90.0}
-    run["parts"]["bf16"] = {
-        "status": "partial",
-        "file": "step_time_gpu.json",
-        "limit_s": 60.0,
-        "jobs": [{"name": "step_time", "status": "timed out"}],
-    }
-    (results / "bench_gpu.json").write_text(json.dumps({"gpu_run": run}))
-    render = load_render()
-    page = render.render_gpu(results / "bench_gpu.json", None, results)
-    for text in (
-        "| bench | cvae bench | timed out | - | 90 |",
-        "`cvae bench` gave no figures in this run (its part: timed out)",
-        "jax-cuda13-plugin 99.0",
-        "**jax 99.0 lies outside the project's requirement** (`jax",
-        "| other | 120 / 60, 0.50x |",
-        "**This part is partial**: its process was stopped at its 60 s limit",
-    ):
-        assert text in page, text
-    assert "### Compile time" not in page
-    choosing = render.render_choosing(results / "bench_gpu.json", None)
-    assert "`cvae bench` gave no figures there (its part: timed out)" in choosing
-
-
-def test_a_part_measured_again_by_a_later_run_says_which_run(tmp_path):
-    """A ``bench_gpu.json`` whose ``cvae bench`` part came from a second run
-    (``benchmarks/gpu.sh --merge``): the conditions name both runs, the part's row its run and
-    what the first run's try did."""
-    results = tmp_path / "results"
-    results.mkdir()
-    gpu_run_files(results)
-    data = json.loads((results / "bench_gpu.json").read_text())
-    run = data["gpu_run"]
-    run["parts"]["bench"].update(
-        run=2,
-        run_started="2026-01-02 01:00:00",
-        replaces={"run": 1, "status": "timed out", "seconds": 90.3, "limit_s": 90},
-    )
-    run["runs"] = [
-        {"run": 1, "started": "2026-01-02 00:00:00", "budget_s": 450.0, "duration_s": 400.0},
-        {
-            "run": 2,
-            "started": "2026-01-02 01:00:00",
-            "budget_s": 260.0,
-            "duration_s": 131.0,
-            "limits": {"bench": 240.0},
-            "parts": ["bench"],
-        },
-    ]
-    (results / "bench_gpu.json").write_text(json.dumps(data))
-    page = load_render().render_gpu(results / "bench_gpu.json", None, results)
-    for text in (
-        "run 1 started 2026-01-02 00:00:00, 400 s of a 450 s budget. Run 2, started "
-        "2026-01-02 01:00:00, 131 s of a 260 s budget (limits bench 240 s), ran bench again",
-        "| bench | cvae bench | ok (run 2; run 1: timed out in 90 s) | 90 | 110 |",
-        "| bf16 |  | ok |",
-    ):
-        assert text in page, text
-
-
-def test_a_smoke_run_is_never_rendered(tmp_path):
-    """``*_smoke.json`` files (``benchmarks/gpu.sh --smoke-cpu``) measure nothing: the renderer
-    leaves them out, in the CPU's sections and in the GPU's."""
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "dispatch_smoke.json").write_text(json.dumps(dispatch_result()))
-    (results / "bench_smoke.json").write_text(json.dumps({"gpu_run": {}}))
-    page = load_render().render(results)
-    assert "smoke" not in page and "**Not measured yet.**" in page

@@ -1,33 +1,22 @@
 """``cvae bench``: what every implementation's training step costs, measured in one process.
 
-For every implementation and for each of its paths (the fast path, the protocol's
-``jax.jit(impl.train_step, donate_argnums=0)``, and the idiomatic paths an implementation lists in
-``extras["paths"]`` (the ``PATHS`` of its ``paths`` section); for the others the idiomatic path is
-the fast path), at every batch size, on the MNIST-sized model with synthetic data:
+For every implementation and each of its paths (the fast path ``jax.jit(impl.train_step,
+donate_argnums=0)`` and the idiomatic paths of its ``extras["paths"]``), at every batch size, on
+the MNIST-sized model with synthetic data, every timed thing once per round with the rounds
+interleaved (the order rotating), so that the ratios pair up round by round
+(:func:`cvae_rosetta.bench.results.interval`):
 
-- **compile**: ``jax.clear_caches()``, then ``jax.jit(f).trace(...)``, ``.lower()`` and
-  ``.compile()`` timed one by one; an idiomatic path, which has no jit object of its own to hand,
-  is timed on its first call, split by JAX's own trace, lower and compile events
-  (``jax.monitoring``);
-- **steady state**: a Python loop of ``K`` steps over ``K`` device-resident batches, after warm-up,
-  ``block_until_ready`` at the end; rounds interleaved across every path (the order rotating each
-  round), so drift hits all alike; median, fastest and slowest round;
-- **per-call overhead**: the time of an *empty step* over the same state (a jitted function that
-  takes the train state (donated), the batch and the key and hands back the state and metrics of
-  the step's structure, computing nothing: what one call with this state costs), timed in the
-  same rounds; and a path's step time minus the per-step time of the same ``K`` steps done as one
-  ``lax.scan`` of the implementation's step (which at large batches also holds what XLA gains by
-  scheduling several steps as one program);
-- **the epoch as one call**: that scan over the ``K`` batches, for every implementation, in
-  examples per second against the Python loop (and, for pure JAX, several ``unroll`` values);
-- **FLOPs and memory**: ``compiled.cost_analysis()`` and ``compiled.memory_analysis()`` of the
-  fast path; the process's peak RSS; GFLOP/s against a matmul roof measured in the same rounds on
-  the same machine (a jitted f32 ``N x N @ N x N``, and the model's widest layer at each batch);
-- **data parallelism**: ``cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step`` (the
-  mechanism's step as ``cvae train`` runs it, less the gradient norm the trainer also logs) for
-  every mechanism and device count, against the serial step;
-- every figure also as a ratio to pure JAX measured in the same run; versions, CPU, cores, XLA
-  flags and the load average at the start, during and at the end.
+- **compile**: after ``jax.clear_caches()``, ``trace``, ``lower`` and ``compile`` timed apart; an
+  idiomatic path's first call, split by JAX's own compile events (``jax.monitoring``);
+- **per call**: a Python loop of ``K`` steps over ``K`` device-resident batches; and an *empty
+  step* (the same state donated in and handed back, computing nothing): what one call costs;
+- **device time**: the same ``K`` steps as one jitted ``lax.scan`` (pure JAX also unrolled);
+- **FLOPs, memory, HLO**: ``cost_analysis``, ``memory_analysis`` and the optimized HLO's counts of
+  the fast path, GFLOP/s against a square matmul roof timed in the same rounds;
+- **data parallelism**: ``Plan(mechanism, n).make_step`` (the step ``cvae train`` runs) for every
+  mechanism and device count, against the serial step;
+- **bfloat16**: every fast path in bfloat16 against float32 at the ``precision_batches``;
+- versions, machine, and what other processes used of the CPU while it ran.
 
 Nothing here imports JAX at module level: settings are checked before JAX starts, so that
 ``cvae bench`` can arrange its host devices first.
@@ -37,11 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.metadata
 import math
 import os
-import platform
-import resource
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,8 +41,11 @@ from cvae_rosetta.bench.results import (
     REFERENCE,
     RESULT_FILE,
     SAME_AS_FAST,
-    SCHEMA,
+    envelope,
     fast_row,
+    interval,
+    load_average,
+    peak_rss_bytes,
     scan_row,
 )
 from cvae_rosetta.spec.config import DATA_PARALLEL, ModelConfig
@@ -96,7 +85,7 @@ class Settings:
     """What one ``cvae bench`` measures; every field has a flag of the same name."""
 
     batch_sizes: tuple[int, ...] = BATCH_SIZES
-    rounds: int = 7  # timed rounds, interleaved across every path
+    rounds: int = 10  # timed rounds, interleaved across every path (the intervals' pairs)
     steps: int = 256  # at most this many steps per round (fewer at large batches)
     epoch_examples: int = 16384  # a timed round covers about this many examples
     unrolls: tuple[int, ...] = (1, 2, 8)  # lax.scan unroll values (beyond 1: pure JAX only)
@@ -106,6 +95,7 @@ class Settings:
     parallel_impls: tuple[str, ...] | None = None  # None: every benchmarked implementation
     impls: tuple[str, ...] | None = None  # None: every installed implementation
     roof_size: int = 1024  # N of the N x N matmul roof
+    precision_batches: tuple[int, ...] = (256,)  # batch sizes of bfloat16 against float32
     quick: bool = False
     # the MNIST-sized default; smaller only in tests
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
@@ -122,13 +112,14 @@ class Settings:
 
 QUICK = dict(
     batch_sizes=(8, 256),
-    rounds=3,
+    rounds=5,
     steps=48,
     epoch_examples=2048,
     unrolls=(1,),
     devices=(2,),
     mechanisms=("sharded", "shard_map"),
     parallel_impls=(REFERENCE,),
+    precision_batches=(),
 )
 
 
@@ -182,6 +173,7 @@ SETTING_FLAGS = (
     "parallel_impls",
     "impls",
     "roof_size",
+    "precision_batches",
 )
 
 
@@ -203,24 +195,11 @@ def benchmark(
 
 
 def settings_from_flags(
-    *,
-    quick: bool = False,
-    batch_sizes: str | None = None,
-    rounds: str | None = None,
-    steps: str | None = None,
-    epoch_examples: str | None = None,
-    unrolls: str | None = None,
-    devices: str | None = None,
-    mechanisms: str | None = None,
-    parallel_batch: str | None = None,
-    parallel_impls: str | None = None,
-    impls: str | None = None,
-    roof_size: str | None = None,
-    model: ModelConfig | None = None,
+    *, quick: bool = False, model: ModelConfig | None = None, **flags: str | None
 ) -> Settings:
-    """The settings the flags describe (text as typed, ``None`` where not given), refused with
-    ``setting: expected ..., got ...`` where a value does not parse or does not fit the others.
-    ``quick`` starts from :data:`QUICK` instead of the defaults; given flags override either."""
+    """The settings the flags describe (:data:`SETTING_FLAGS`: text as typed, ``None`` where not
+    given), refused with ``setting: expected ..., got ...`` where a value does not parse or does
+    not fit the others. ``quick`` starts from :data:`QUICK`; given flags override either."""
     values: dict[str, Any] = dict(QUICK) if quick else {}
     parsers: dict[str, Callable[[str, Any], Any]] = {
         "batch_sizes": _ints,
@@ -234,20 +213,12 @@ def settings_from_flags(
         "parallel_impls": _names,
         "impls": _names,
         "roof_size": _int,
+        "precision_batches": lambda f, t: () if t == "none" else _ints(f, t),
     }
-    given = dict(
-        batch_sizes=batch_sizes,
-        rounds=rounds,
-        steps=steps,
-        epoch_examples=epoch_examples,
-        unrolls=unrolls,
-        devices=devices,
-        mechanisms=mechanisms,
-        parallel_batch=parallel_batch,
-        parallel_impls=parallel_impls,
-        impls=impls,
-        roof_size=roof_size,
-    )
+    unknown = set(flags) - set(parsers)
+    if unknown:
+        raise TypeError(f"settings_from_flags: unknown settings {sorted(unknown)}")
+    given = flags
     for name, text in given.items():
         if text is not None:
             values[name] = parsers[name](name, text)
@@ -308,23 +279,6 @@ def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
 # --- the machine ----------------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return None
-
-
 class CpuMeter:
     """What the other processes on the machine use while this one runs, in cores: the machine's
     busy CPU time (``/proc/stat``) minus this process's own (``os.times``), per wall second. The
@@ -358,39 +312,6 @@ class CpuMeter:
 
     def total(self) -> float | None:
         return self._cores(self.first, self._sample())
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def environment() -> dict[str, Any]:
-    import jax
-
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    dists = ("jax", "jaxlib", "numpy", "optax", "flax", "dm-haiku", "equinox", "cvae-rosetta")
-    return {
-        "versions": {"python": platform.python_version(), **{d: _version(d) for d in dists}},
-        "backend": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,
-        "device_count": jax.device_count(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "usable_cores": usable,
-        "platform": platform.platform(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
-    }
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -584,7 +505,8 @@ def _work(settings: Settings, impls: dict[str, Any]) -> int:
     cases = len(settings.parallel_impls or impls) * (
         1 + len(settings.mechanisms) * len(settings.devices)
     )
-    return 1 + len(settings.batch_sizes) * per_batch + cases * (1 + settings.rounds)
+    precision = len(settings.precision_batches) * 2 * len(impls) * (1 + settings.rounds)
+    return 1 + len(settings.batch_sizes) * per_batch + cases * (1 + settings.rounds) + precision
 
 
 def run(
@@ -600,12 +522,9 @@ def run(
 
     started = time.time()
     result: dict[str, Any] = {
-        "schema": SCHEMA,
-        "command": list(command) if command is not None else None,
+        **envelope("bench", command),
         "settings": settings.to_dict(),
-        "environment": environment(),
         "load_average": {"start": load_average(), "during": [], "end": None},
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
     }
     others = {"cores": None, "phases": {}}
     result["other_processes_cpu"] = others
@@ -628,6 +547,11 @@ def run(
         bar.stage = "data parallel"
         result["data_parallel"] = _measure_parallel(settings, impls, params, bar)
         others["phases"]["data parallel"] = meter.lap()
+        bar.stage = "bfloat16"
+        result["precision"] = [
+            _measure_precision(settings, impls, params, b, bar) for b in settings.precision_batches
+        ]
+        others["phases"]["bfloat16"] = meter.lap()
         others["cores"] = meter.total()
     finally:
         jax.monitoring.unregister_event_duration_listener(events)
@@ -943,6 +867,37 @@ def _measure_parallel(
     }
 
 
+def _measure_precision(
+    settings: Settings, impls: dict[str, Any], params, b: int, bar: _Progress
+) -> dict[str, Any]:
+    """Every fast path with ``compute_dtype`` float32 and bfloat16 at batch ``b`` (parameters and
+    Adam in float32 both ways), the two dtypes of all implementations interleaved in every round."""
+    import jax
+
+    from cvae_rosetta.spec.config import Config
+    from cvae_rosetta.spec.validation import Batch
+
+    k = settings.steps_at(b)
+    xs, cs, keys = _data(settings, b, k)
+    batches = [Batch(xs[i], cs[i]) for i in range(k)]
+    key_list = [keys[i] for i in range(k)]
+    timed = []
+    for dtype in ("float32", "bfloat16"):
+        config = Config(model=dataclasses.replace(settings.model, compute_dtype=dtype))
+        for name, impl in impls.items():
+            state = impl.from_canonical(params, config)
+            step = jax.jit(impl.train_step, donate_argnums=0)
+            state, _ = step(state, batches[0], key_list[0])
+            timed.append(_Timed((name, dtype), _loop(step, batches, key_list), state))
+            bar.tick(f"compile {name} {dtype}")
+    _interleave(timed, settings.rounds, bar.tick)
+    rows = [
+        {"impl": item.key[0], "dtype": item.key[1], "step_us": _spread(item.seconds, k)}
+        for item in timed
+    ]
+    return {"batch_size": b, "steps_per_round": k, "rows": rows}
+
+
 # --- derived figures ------------------------------------------------------------------------------
 
 
@@ -965,17 +920,25 @@ def ratios(row: dict[str, Any], base: dict[str, Any], fields: Sequence[str]) -> 
     return {field: ratio(_get(row, field), _get(base, field)) for field in fields}
 
 
+def _rounds(entry: dict[str, Any]) -> list[float]:
+    return entry["rounds"]
+
+
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """Add every derived figure (overhead, GFLOP/s, fraction of the roof, throughput, ratios to
-    pure JAX and to the fast path, the goals) from the measured ones, in place."""
+    pure JAX and to the fast path with their intervals over paired rounds, the goals) from the
+    measured ones, in place. Idempotent: it reads measured figures only."""
     for batch in result["batches"].values():
         b, k = batch["batch_size"], batch["steps_per_round"]
         roof = batch["roof"]["gflops_per_s"]
+        roof_rounds = _rounds(batch["roof"]["call_us"])
+        roof_flops = batch["roof"]["flops"]
         for scan in batch["epoch"]:
             scan["step_us"] = scan["call_us"]["median"] / k
             scan["examples_per_s"] = b * k / scan["call_us"]["median"] * 1e6
-            loop = fast_row(batch, scan["impl"])["step_us"]["median"]
-            scan["speedup_vs_loop"] = loop / scan["step_us"]
+            loop = fast_row(batch, scan["impl"])["step_us"]
+            scan["speedup_vs_loop"] = loop["median"] / scan["step_us"]
+            scan["vs_loop"] = interval([c / k for c in _rounds(scan["call_us"])], _rounds(loop))
             flops = fast_row(batch, scan["impl"]).get("flops")
             scan["gflops_per_s"] = flops / scan["step_us"] / 1e3 if flops else None
             scan["roof_fraction"] = ratio(scan["gflops_per_s"], roof)
@@ -985,17 +948,16 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             step = row["step_us"]["median"]
             row["scan_step_us"] = scan["step_us"] if scan else None
             row["overhead_us"] = step - scan["step_us"] if scan else None
-            # half the rounds' spread of the two medians subtracted: what the difference can
-            # be trusted to
-            row["overhead_noise_us"] = (
-                0.5 * (row["step_us"]["max"] - row["step_us"]["min"])
-                + 0.5 * (scan["call_us"]["max"] - scan["call_us"]["min"]) / k
-                if scan
-                else None
-            )
             flops = fast.get("flops")  # the same useful work, whichever path does it
             row["gflops_per_s"] = flops / step / 1e3 if flops else None
             row["roof_fraction"] = ratio(row["gflops_per_s"], roof)
+            if flops and len(roof_rounds) == len(_rounds(row["step_us"])):
+                # flops / step over roof_flops / roof call, paired by round
+                share = interval(roof_rounds, _rounds(row["step_us"]))
+                row["roof_interval"] = {
+                    key: (v * flops / roof_flops if key in ("ratio", "low", "high") and v else v)
+                    for key, v in share.items()
+                }
             row["layer_roof_fraction"] = ratio(
                 row["gflops_per_s"], batch["layer_roof"]["gflops_per_s"]
             )
@@ -1005,14 +967,19 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             row["vs_fast"] = {
                 "step_us.median": ratio(step, fast["step_us"]["median"]),
                 "extra_us": step - fast["step_us"]["median"],
+                "step": interval(_rounds(row["step_us"]), _rounds(fast["step_us"])),
             }
         base = fast_row(batch, REFERENCE)
         for row in batch["paths"]:
             row["vs_pure_jax"] = ratios(row, base, RATIO_FIELDS)
+            row["vs_pure_jax"]["step"] = interval(_rounds(row["step_us"]), _rounds(base["step_us"]))
         for scan in batch["epoch"]:
             ref = scan_row(batch, REFERENCE, scan["unroll"]) or scan_row(batch, REFERENCE)
             scan["vs_pure_jax"] = ratios(
                 scan, ref, ("step_us", "compile_s", "examples_per_s", "roof_fraction")
+            )
+            scan["vs_pure_jax"]["step"] = interval(
+                _rounds(scan["call_us"]), _rounds(ref["call_us"])
             )
     parallel = result.get("data_parallel")
     if parallel:
@@ -1023,8 +990,19 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             row["ratio_to_serial"] = ratio(
                 row["step_us"]["median"], serial["step_us"]["median"] if serial else None
             )
+            if serial:
+                row["vs_serial"] = interval(_rounds(row["step_us"]), _rounds(serial["step_us"]))
             ref = cell.get((REFERENCE, row["mechanism"], row["devices"]))
             row["vs_pure_jax"] = ratios(row, ref or {}, ("step_us.median", "first_call_s"))
+            if ref:
+                row["vs_pure_jax"]["step"] = interval(
+                    _rounds(row["step_us"]), _rounds(ref["step_us"])
+                )
+    for part in result.get("precision") or ():
+        cell = {(r["impl"], r["dtype"]): r for r in part["rows"]}
+        for row in part["rows"]:
+            f32 = cell[(row["impl"], "float32")]
+            row["vs_float32"] = interval(_rounds(row["step_us"]), _rounds(f32["step_us"]))
     result["goals"] = goals(result)
     return result
 
@@ -1039,22 +1017,25 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     ]
     others = [(b, r) for b, r in fast if r["impl"] != REFERENCE]
     ratio_of = lambda r: r["vs_pure_jax"]["step_us.median"]
-    worst = max(others, key=lambda br: ratio_of(br[1]), default=None)
+    # measurably slower: the lower end of the interval (the ratio where there is none)
+    low = lambda r: r["vs_pure_jax"]["step"].get("low") or r["vs_pure_jax"]["step"]["ratio"]
+    worst = max(others, key=lambda br: low(br[1]), default=None)
     # the per-call overhead is the empty step's time (what a call with this state costs); the
     # scan-based difference, noisy and at large batches not only dispatch, is reported beside it
     empties = [(b, r) for b, r in fast if r.get("empty_step_us")]
     most = max(empties, key=lambda br: br[1]["empty_step_us"]["median"], default=None)
-    overheads = [(b, r) for b, r in fast if r["overhead_us"] is not None]
-    small = min((b for b, _ in overheads), default=None)
-    at_small = [(b, r) for b, r in overheads if b == small]
-    scan_most = max(at_small, key=lambda br: br[1]["overhead_us"], default=None)
     out: dict[str, Any] = {
         "fast_within_ratio": {
             "threshold": 1.03,
             "worst": None
             if worst is None
-            else {"label": worst[1]["label"], "batch": worst[0], "ratio": ratio_of(worst[1])},
-            "met": None if worst is None else ratio_of(worst[1]) <= 1.03,
+            else {
+                "label": worst[1]["label"],
+                "batch": worst[0],
+                "ratio": ratio_of(worst[1]),
+                "interval": worst[1]["vs_pure_jax"].get("step"),
+            },
+            "met": None if worst is None else low(worst[1]) <= 1.03,
         },
         "fast_overhead_us": {
             "threshold": 30.0,
@@ -1067,14 +1048,6 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
                 "us": most[1]["empty_step_us"]["median"],
                 "noise_us": 0.5
                 * (most[1]["empty_step_us"]["max"] - most[1]["empty_step_us"]["min"]),
-            },
-            "scan_worst": None
-            if scan_most is None
-            else {
-                "label": scan_most[1]["label"],
-                "batch": scan_most[0],
-                "us": scan_most[1]["overhead_us"],
-                "noise_us": scan_most[1]["overhead_noise_us"],
             },
             "met": None if most is None else most[1]["empty_step_us"]["median"] <= 30.0,
         },
@@ -1116,7 +1089,7 @@ def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list
     make_out_dir(out, overwrite=overwrite)
     files.write_json(out / RESULT_FILE, result)
     images = bench_report.plots(result, out)
-    page = bench_report.page(result, images, source=RESULT_FILE, generated_by="cvae bench")
+    page = bench_report.page(result, images, source=RESULT_FILE)
     files.write_text(out / PAGE_FILE, page)
     return [RESULT_FILE, PAGE_FILE, *images.values()]
 

@@ -1,9 +1,14 @@
-"""``bench.json`` as a Markdown page and PNG plots: what ``cvae bench`` writes beside its result
-file, and what ``benchmarks/render.py`` turns into ``docs/performance.md``.
+"""Every published measurement as Markdown and PNG plots: the page ``cvae bench`` writes beside its
+``bench.json``, and ``docs/performance.md`` and the decision table of ``docs/choosing.md``, which
+``benchmarks/render.py`` renders from the committed result files (one section per machine, never
+two machines in one column).
 
-Every number on the page is read from the result file; the only hand-written text explains how
-each framework's fast path avoids the per-call work of its idiomatic one. Plots are drawn with
-matplotlib's ``Figure`` and Agg canvas directly (never ``pyplot``), written atomically.
+Every number and every ordering on these pages is read from a result file. A ratio is shown with
+its interval over paired rounds (:func:`cvae_rosetta.bench.results.interval`); where the interval
+holds 1.0 the cell says "≈" and "within noise", and nothing is ranked. Device time (the step
+inside one ``lax.scan``) and per-call cost (a Python loop of jitted steps) answer different
+questions and are reported apart. Plots are drawn with matplotlib's ``Figure`` and Agg canvas
+(never ``pyplot``), written atomically.
 """
 
 from __future__ import annotations
@@ -12,629 +17,627 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cvae_rosetta.bench.results import FAST, LOADED, OTHERS, REFERENCE, fast_row, loaded, scan_row
+from cvae_rosetta.bench.results import (
+    FAST,
+    OTHERS,
+    REFERENCE,
+    differs,
+    fast_row,
+    loaded,
+    provenance,
+    scan_row,
+)
 from cvae_rosetta.files import write_text
 
+LABELS = {
+    "pure_jax": "pure JAX",
+    "flax_linen": "Flax Linen",
+    "flax_nnx": "Flax NNX",
+    "haiku": "Haiku",
+    "equinox": "Equinox",
+}
 GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
-WITHIN = 1.03  # an idiomatic path "stops mattering" once it is this close to the fast path
 PLOTS = {
-    "step_time": "step time and ratio to pure JAX",
+    "step_time": "step time per call and device time against pure JAX",
     "overhead": "per-call overhead",
     "compile": "trace, lower and compile time",
     "roof": "GFLOP/s against the matmul roof",
-    "epoch": "the epoch as one call",
     "data_parallel": "data parallelism",
 }
-
-# How each framework's fast path gets where pure JAX is (the implementations' own comments, short).
-HOW = {
-    "pure_jax": "The parameters are a plain pytree and the step a pure function of arrays, so the "
-    "idiomatic step is the fast path: `jax.jit(train_step, donate_argnums=0)`.",
-    "flax_linen": "`model.apply` is a pure function of the variable dict and Flax's "
-    "`TrainState` a pytree (with `apply_fn`, `tx` and the config static), so the idiomatic step "
-    "is the fast path.",
-    "flax_nnx": "`nnx.jit` walks the model's and the optimizer's object graph in Python on every "
-    "call, and `nnx.cached_partial` caches that walk but still syncs the objects in and out; in "
-    "tree mode (`nnx.jit(..., graph=False)`) there is no graph to walk, but the objects are still "
-    "flattened into their Variables and written back on every call. The "
-    "fast path splits the model once (`nnx.split`: a static `GraphDef`, cached per config, and a "
-    "`State` of arrays) and `nnx.merge`s it inside the trace, so the graph is walked only while "
-    "tracing and a call costs what a `jax.jit` call costs.",
-    "haiku": "`hk.multi_transform` gives pure `init` and `apply` functions over a parameter "
-    "dict, so the idiomatic step is the fast path.",
-    "equinox": "`eqx.filter_jit` partitions its arguments into arrays and the rest in Python on "
-    "every call, and flattening an `eqx.Module` goes through Python callbacks. The fast path "
-    "holds the leaves of the model and of the optimiser state in flat lists (flattened by "
-    "`jax.jit` in C++) with their tree structures and the model's static part as static data "
-    "compared by identity, and rebuilds the model (`eqx.combine`) inside the trace only.",
-}
+DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
+# The choosing page's decision table: the need, the style, the path whose cost matters for that
+# need (besides the fast path), and the caveat. The measured reason is generated from the results.
+NEEDS = (
+    (
+        "Learn JAX, or research code where every line is visible",
+        "pure_jax",
+        None,
+        "You write the layers, the initialisation and the state's bookkeeping yourself.",
+    ),
+    (
+        "A new project that wants objects: PyTorch habits, in-place model surgery",
+        "flax_nnx",
+        "nnx.jit in place",
+        "Split once and step with `jax.jit` in hot loops, as `impls/flax_nnx.py` does; "
+        "`nnx.jit` walks the object graph on every call.",
+    ),
+    (
+        "Objects that are also pytrees, every JAX transformation without lifted versions",
+        "equinox",
+        "eqx.filter_jit",
+        "Per-example layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the "
+        "state for low-overhead loops.",
+    ),
+    (
+        "An existing Linen codebase",
+        "flax_linen",
+        None,
+        "Maintained, but the Flax team recommends NNX for new code.",
+    ),
+    (
+        "An existing Haiku codebase",
+        "haiku",
+        None,
+        "Maintenance mode, pinned here with the JAX range it is tested with; not for new code.",
+    ),
+)
 
 
 # --- formatting -----------------------------------------------------------------------------------
 
 
-def _us(value: float | None) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """A Markdown table; ``align`` has an ``l`` or ``r`` per column (default: all left)."""
+    marks = ["---:" if a == "r" else "---" for a in (align or "l" * len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
+
+
+def _num(value: float | None, digits: int = 0, suffix: str = "") -> str:
     if value is None:
         return "-"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}x"
+    if digits == 0 and abs(value) < 100:
+        digits = 1
+    return f"{value:,.{digits}f}{suffix}"
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if abs(value) < 0.1 else f"{100 * value:.0f}%"
 
 
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def ratio(entry: dict[str, Any] | None, *, short: bool = False) -> str:
+    """An interval as a cell: ``1.95x (1.75-2.21)``, ``≈ 1.00x (0.96-1.07)`` within noise, and
+    the ratio alone, marked, where the rounds were too few for an interval."""
+    if not entry:
+        return "-"
+    if entry.get("low") is None:
+        return f"{entry['ratio']:.2f}x (no interval: {entry['rounds']} rounds)"
+    r = entry["ratio"]
+    text = f"≈ {r:.2f}x" if entry["within_noise"] else f"{r:.2f}x"
+    if short:
+        return text
+    digits = (
+        3
+        if not entry["within_noise"] and 1.0 in (round(entry["low"], 2), round(entry["high"], 2))
+        else 2
+    )
+    return f"{text} ({entry['low']:.{digits}f}–{entry['high']:.{digits}f})"
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def _mb(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.1f}"
-
-
-def _gf(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> list[str]:
-    align = align or "l" + "r" * (len(header) - 1)
-    marks = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
+def path_label(row: dict[str, Any]) -> str:
+    name = LABELS.get(row["impl"], row["impl"])
+    return name if row["path"] == FAST else f"{name} `{row['path']}`"
 
 
 def _batches(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return sorted(((int(b), batch) for b, batch in result["batches"].items()), key=lambda t: t[0])
 
 
-def _shown(batch: dict[str, Any]) -> list[dict[str, Any]]:
-    """The path rows to show: the copies of a fast path standing for its idiomatic path are left
-    out (the fast row is labelled instead)."""
-    return [r for r in batch["paths"] if not r.get("same_as_fast")]
+def _impls(result: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["impl"] for _, batch in _batches(result) for r in batch["paths"]))
 
 
-def _labels(result: dict[str, Any]) -> dict[str, str]:
-    """``row label -> label shown``: a fast path that is also its framework's idiomatic path says
-    so."""
-    labels = {}
-    for _, batch in _batches(result):
-        same = {r["impl"] for r in batch["paths"] if r.get("same_as_fast")}
-        for row in _shown(batch):
-            shown = row["label"]
-            if row["path"] == FAST:
-                shown += " (fast = idiomatic)" if row["impl"] in same else " (fast)"
-            labels[row["label"]] = shown
-    return labels
+def _wrappers(result: dict[str, Any]) -> list[str]:
+    """``impl:path`` of every idiomatic path that is not its implementation's fast path."""
+    rows = [r for _, batch in _batches(result) for r in batch["paths"]]
+    return list(dict.fromkeys(r["label"] for r in rows if r["path"] not in (FAST, "idiomatic")))
 
 
-# --- the page -------------------------------------------------------------------------------------
+def _row(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
+    return next((r for r in batch["paths"] if r["label"] == label), None)
 
 
-def page(
-    result: dict[str, Any],
-    images: dict[str, str],
-    *,
-    source: str,
-    generated_by: str,
-    extra: Sequence[str] = (),
-) -> str:
-    """The whole page: conditions, goals, tables per batch size, the idiomatic paths' cost, the
-    epoch as one call, the roof, data parallelism, then any ``extra`` Markdown sections."""
-    parts = [
-        "# Performance",
-        "",
-        f"Generated by `{generated_by}` from `{source}`; every figure below is read from that "
-        "file. Rerun `cvae bench --out DIR` to measure this machine (`--quick` takes about a "
-        "minute), then `python benchmarks/render.py --bench DIR/bench.json` to regenerate this "
-        "page.",
-        "",
+def backend_name(result: dict[str, Any]) -> str:
+    env = result["environment"]
+    return "CPU" if env.get("backend") == "cpu" else f"{env.get('backend', '?').upper()}"
+
+
+# --- findings: the sentences that rank --------------------------------------------------------
+
+
+def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | None = None) -> str:
+    """``label -> [(batch, interval)]`` told as text: those that differ from 1.0 beyond their
+    interval, ranked by their largest difference, and the rest said to be within noise (never
+    ranked). ``note``: ``label -> {batch: words}`` added to a difference."""
+    apart, same = [], []
+    for label, cells in entries.items():
+        out = [(b, e) for b, e in cells if differs(e)]
+        if out:
+            apart.append((label, out))
+        elif any(e for _, e in cells):
+            same.append(label)
+    parts = []
+    for label, cells in sorted(apart, key=lambda x: -max(abs(e["ratio"] - 1) for _, e in x[1])):
+        values = sorted(e["ratio"] for _, e in cells)
+        low, high = f"{values[0]:.2f}x", f"{values[-1]:.2f}x"
+        size = low if low == high else f"{low} to {high}"
+        where = (
+            "every batch size"
+            if len(cells) == len(entries[label])
+            else "batch " + ", ".join(str(b) for b, _ in cells)
+        )
+        extra = [(note or {}).get(label, {}).get(b) for b, _ in cells]
+        extra = "; ".join(dict.fromkeys(e for e in extra if e))
+        parts.append(f"{label} {size} at {where}" + (f" ({extra})" if extra else ""))
+    text = ("Beyond noise: " + "; ".join(parts) + ".") if parts else "No difference beyond noise."
+    if same:
+        text += f" Within noise at every batch size: {', '.join(same)}."
+    return text
+
+
+# --- one result's section -------------------------------------------------------------------------
+
+
+def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> list[str]:
+    """Everything one result file says, under headings of ``level``."""
+    h = "#" * level
+    return [
         *_conditions(result),
-        *_goals(result),
-        *_summary(result, images),
-        *_idiomatic(result, images),
-        *_per_batch(result),
-        *_compile(result, images),
-        *_epoch(result, images),
-        *_roof(result, images),
-        *_parallel(result, images),
+        *_fast(result, images, h),
+        *_wrapper_costs(result, h),
+        *_overhead(result, images, h),
+        *_compile(result, images, h),
+        *_roof(result, images, h),
+        *_precision(result, h),
+        *_parallel(result, images, h),
+        *_goals(result, h),
     ]
-    for section in extra:
-        parts += [section.rstrip(), ""]
-    return "\n".join(parts).rstrip() + "\n"
 
 
 def _conditions(result: dict[str, Any]) -> list[str]:
     env, settings = result["environment"], result["settings"]
-    versions = env["versions"]
-    frameworks = ", ".join(
-        f"{name} {versions[name]}"
-        for name in ("flax", "dm-haiku", "equinox", "optax")
-        if versions.get(name)
-    )
-    load = result["load_average"]
-    during = [s[0] for s in load.get("during", []) if s]
+    v = env["versions"]
+    libs = ", ".join(f"{n} {v[n]}" for n in ("flax", "dm-haiku", "equinox", "optax") if v.get(n))
     model = settings["model"]
+    device = f"{env.get('device_kind')}, " if env.get("backend") != "cpu" else ""
     lines = [
-        "## How it was measured",
-        "",
-        f"- Machine: {env['cpu_model']}, {env['cpu_count']} cores ({env['usable_cores']} usable), "
-        f"{env['platform']}; JAX backend `{env['backend']}` ({env['device_kind']}, "
-        f"{env['device_count']} device(s) in the process).",
-        f"- Versions: python {versions['python']}, jax {versions['jax']}, jaxlib "
-        f"{versions['jaxlib']}, {frameworks}.",
-        f"- XLA flags: `{env['xla_flags'] or '(none)'}`.",
-        f"- 1-minute load average: {_load(load.get('start'))} at the start, "
-        f"{_load(load.get('end'))} at the end"
-        + (f", {min(during):.2f} to {max(during):.2f} during" if during else "")
-        + " (it counts the benchmark's own threads from its first moment, and what ran just "
-        f"before); other processes used {_others(result)}, measured from their CPU time "
-        f"(started {result.get('started', '?')}, {result.get('duration_s', 0):.0f} s).",
-        f"- Model: {model['input_dim']} inputs, encoder {_dims(model['encoder_dims'])}, latent "
-        f"{model['latent_dim']}, decoder {_dims(model['decoder_dims'])}, "
-        f"{model['compute_dtype']}, the shared AdamW with global-norm clipping; synthetic data, "
-        "every implementation from the same canonical parameters.",
-        f"- {settings['rounds']} rounds interleaved across every path (the starting path rotating "
-        f"each round); a round is K steps over K device-resident batches (K = "
-        f"min({settings['steps']}, {settings['epoch_examples']} / batch), at least 8); medians "
-        "over rounds, warm-up excluded. Per-call overhead is the time of an empty step: a "
-        "jitted function that takes the same train state (donated), batch and key and returns "
-        "the state and zero metrics, computing nothing, timed in the same rounds; beside it, a "
-        "path's step time minus the per-step time of the same K steps as one `lax.scan` of the "
-        "implementation's step (at large batches that difference also holds what XLA gains by "
-        "scheduling several steps as one program, so it is not dispatch alone). "
-        "GFLOP/s count the FLOPs of `compiled.cost_analysis()` of the fast path (the same useful "
-        "work for every path of an implementation); the roof is a jitted f32 "
-        f"{settings['roof_size']}x{settings['roof_size']} matmul timed in the same rounds. A fast "
-        "path is timed through the executable its AOT compile returned, whose call is the same "
-        "C++ dispatch as a warm `jax.jit` call. `bench.json` holds every figure's ratio to pure "
-        "JAX (`vs_pure_jax`); the tables show the main ones.",
-        f"- Peak RSS of the process: {_mb(result.get('peak_rss_bytes'))} MiB.",
+        f"- **Machine**: {device}{env['cpu_model']}, {env.get('usable_cores', '?')} usable "
+        f"cores; {env['device_count']} JAX device(s); XLA flags `{env['xla_flags'] or '(none)'}`.",
+        f"- **Versions**: python {v['python']}, jax {v['jax']}, jaxlib {v['jaxlib']}, {libs}.",
+        f"- **When**: started {result.get('started', '?')}, "
+        f"{_num(result.get('duration_s'), 0)} s; other processes used "
+        f"{_num((result.get('other_processes_cpu') or {}).get('cores'), 2)} cores on average.",
+        f"- **Rounds**: {settings['rounds']}, every path timed once per round, interleaved; "
+        f"intervals are the order statistics of the per-round ratios that hold their median "
+        f"with {_pct(_confidence(result))} confidence.",
+        f"- **Model**: {model['input_dim']} inputs, encoder "
+        f"{'-'.join(map(str, model['encoder_dims']))}, latent {model['latent_dim']}, "
+        f"{model['compute_dtype']}, synthetic data, the same canonical parameters everywhere.",
         "",
     ]
+    if result.get("schema_read"):
+        lines += [
+            f"Measured with the harness of schema `{result['schema_read']}`; every ratio and "
+            "interval here is derived again from its recorded rounds.",
+            "",
+        ]
     if loaded(result):
         lines += [
-            f"**These figures were taken on a loaded machine** (other processes used more than "
-            f"{OTHERS} of the {env['cpu_count']} cores over the run, or, where that could not be "
-            f"measured, a 1-minute load average above {LOADED} at the start): absolute times are "
-            "slower and noisier than on an idle machine; the ratios, measured in interleaved "
-            "rounds, suffer less.",
+            f"**Taken on a loaded machine** (other processes used more than {OTHERS} cores): "
+            "absolute times are slower and noisier; the paired ratios suffer less.",
             "",
         ]
     return lines
 
 
-def _others(result: dict[str, Any]) -> str:
-    others = result.get("other_processes_cpu") or {}
-    if others.get("cores") is None:
-        return "an unknown share of the cores"
-    phases = [c for c in (others.get("phases") or {}).values() if c is not None]
-    most = f", at most {max(phases):.2f} in one phase" if phases else ""
-    return f"{others['cores']:.2f} cores on average over the run{most}"
-
-
-def _load(sample: Sequence[float] | None) -> str:
-    return "?" if not sample else f"{sample[0]:.2f}"
-
-
-def _dims(dims: Sequence[int]) -> str:
-    return "-".join(map(str, dims)) if dims else "(none)"
-
-
-def _goals(result: dict[str, Any]) -> list[str]:
-    goals = result.get("goals", {})
-    rows = []
-    within = goals.get("fast_within_ratio")
-    if within and within["worst"]:
-        w = within["worst"]
-        rows.append(
-            [
-                f"every fast path within {within['threshold']}x of pure JAX at every batch size",
-                f"worst: {w['label']} at batch {w['batch']}, {_x(w['ratio'])}",
-                _met(within["met"]),
-            ]
-        )
-    overhead = goals.get("fast_overhead_us")
-    if overhead and overhead["worst"]:
-        w = overhead["worst"]
-        scan = overhead.get("scan_worst")
-        beside = (
-            f"; step minus scanned step at batch {scan['batch']}: largest {scan['label']}, "
-            f"{_us(scan['us'])} ± {_us(scan.get('noise_us'))} µs"
-            if scan
-            else ""
-        )
-        rows.append(
-            [
-                f"per-call overhead of every fast path at most {overhead['threshold']:.0f} µs",
-                f"an empty step over the same state: largest {w['label']} at batch {w['batch']}, "
-                f"{_us(w['us'])} µs (± {_us(w.get('noise_us'))} µs between rounds){beside}",
-                _met(overhead["met"]),
-            ]
-        )
-    roof = goals.get("roof_fraction")
-    if roof and roof["best"]:
-        rows.append(
-            [
-                f"the fastest path at batch {roof['batch']} reaching {_pct(roof['threshold'])} "
-                "of the matmul roof",
-                f"{roof['best']['label']}: {_pct(roof['best']['fraction'])} of "
-                f"{_gf(roof['roof_gflops_per_s'])} GFLOP/s",
-                _met(roof["met"]),
-            ]
-        )
-    if not rows:
-        return []
-    return ["## Goals", "", *_table(["goal", "measured", "met"], rows, "lll"), ""]
-
-
-def _met(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "**no**")
+def _confidence(result: dict[str, Any]) -> float | None:
+    for _, batch in _batches(result):
+        entry = fast_row(batch, REFERENCE)["vs_pure_jax"]["step"]
+        return entry.get("confidence")
+    return None
 
 
 def _image(images: dict[str, str], name: str) -> list[str]:
     return [f"![{PLOTS[name]}]({images[name]})", ""] if name in images else []
 
 
-def _summary(result: dict[str, Any], images: dict[str, str]) -> list[str]:
+def _grid(result: dict[str, Any], cell, labels: Sequence[str]) -> str:
     batches = _batches(result)
-    labels = _labels(result)
-    order = list(dict.fromkeys(r["label"] for _, batch in batches for r in _shown(batch)))
-    rows = []
-    for label in order:
-        cells = []
-        for _, batch in batches:
-            row = next((r for r in batch["paths"] if r["label"] == label), None)
-            cells.append(_x(row["vs_pure_jax"]["step_us.median"]) if row else "-")
-        rows.append([labels[label], *cells])
+    rows = [[label, *(cell(batch, label) for _, batch in batches)] for label in labels]
+    return markdown_table(["", *(f"batch {b}" for b, _ in batches)], rows, "l" + "r" * len(batches))
+
+
+def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+    impls = [i for i in _impls(result) if i != REFERENCE]
+    batches = _batches(result)
+
+    def device(batch, impl):
+        scan = scan_row(batch, impl)
+        return ratio(scan["vs_pure_jax"]["step"]) if scan else "-"
+
+    def call(batch, impl):
+        return ratio(fast_row(batch, impl)["vs_pure_jax"]["step"])
+
+    label = lambda i: LABELS.get(i, i)
+    scans = {
+        label(i): [
+            (b, (scan_row(bt, i) or {}).get("vs_pure_jax", {}).get("step")) for b, bt in batches
+        ]
+        for i in impls
+    }
+    only_per_call = {
+        label(i): {
+            b: "device time within noise: the difference is in calling the step, not in the step"
+            for b, bt in batches
+            if scan_row(bt, i) and not differs(scan_row(bt, i)["vs_pure_jax"]["step"])
+        }
+        for i in impls
+    }
+    calls = {
+        label(i): [(b, fast_row(bt, i)["vs_pure_jax"]["step"]) for b, bt in batches] for i in impls
+    }
     return [
-        "## Step time against pure JAX",
+        f"{h} Fast paths against pure JAX",
         "",
-        "Median step time of every path as a ratio to pure JAX's in the same rounds, by batch "
-        "size. A fast path is the protocol's `jax.jit(impl.train_step, donate_argnums=0)`; the "
-        "other rows are the steps the frameworks' own documentation writes (they draw the step's "
-        "noise eagerly outside their jitted function, one more dispatch per step, which is part "
-        "of their cost as measured here).",
+        "**Device time**: the implementation's step run K times inside one jitted `lax.scan`, "
+        "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
+        "does to the compiled step.",
         "",
-        *_table(["path", *(f"batch {b}" for b, _ in batches)], rows),
+        _grid(result, lambda bt, lab: device(bt, _key(lab)), [label(i) for i in impls]),
+        findings(scans),
+        "",
+        "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
+        "Python loop over K device-resident batches. This adds each call's dispatch, which "
+        "decides the small batches.",
+        "",
+        _grid(result, lambda bt, lab: call(bt, _key(lab)), [label(i) for i in impls]),
+        findings(calls, note=only_per_call),
         "",
         *_image(images, "step_time"),
     ]
 
 
-def _idiomatic(result: dict[str, Any], images: dict[str, str]) -> list[str]:
-    batches = _batches(result)
-    impls = list(dict.fromkeys(r["impl"] for _, batch in batches for r in batch["paths"]))
-    lines = [
-        "## What the idiomatic paths cost, and how the fast paths get there",
+def _key(label: str) -> str:
+    return next((k for k, v in LABELS.items() if v == label), label)
+
+
+def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
+    wrappers = _wrappers(result)
+    if not wrappers:
+        return []
+
+    def cell(batch, label):
+        row = _row(batch, label)
+        if row is None:
+            return "-"
+        return f"{ratio(row['vs_fast']['step'])}, {row['vs_fast']['extra_us']:+,.0f} µs"
+
+    shown = {
+        w: path_label(_row(_batches(result)[0][1], w) or {"impl": w, "path": w}) for w in wrappers
+    }
+    entries = {
+        shown[w]: [
+            (b, (_row(bt, w) or {}).get("vs_fast", {}).get("step")) for b, bt in _batches(result)
+        ]
+        for w in wrappers
+    }
+    return [
+        f"{h} The frameworks' own jit wrappers",
         "",
-        "Extra time per call of each idiomatic path over its implementation's fast path (median "
-        "against median, same rounds), with the ratio. The Python work of a framework's jit "
-        "wrapper is a fixed cost per call, which matters less as the step grows; what grows with "
-        "the batch does not shrink that way (these paths draw the step's noise eagerly, outside "
-        "their jitted function, and the `eqx.filter_jit` step, written like Equinox's examples, "
-        "donates no buffers, so every step allocates a new state). The last column gives the "
-        "smallest batch "
-        f"size from which the path stays within {WITHIN}x of the fast path (-: at none measured "
-        "here).",
+        "Per call, each framework's idiomatic step (as its documentation writes it) against the "
+        "same implementation's fast path, with the extra time per call (median against median).",
+        "",
+        _grid(result, lambda bt, lab: cell(bt, _wrapper_of(shown, lab)), list(shown.values())),
+        findings(entries),
         "",
     ]
-    rows = []
-    for _, batch in batches[:1]:
-        for row in batch["paths"]:
-            if row["kind"] != "idiomatic" or row.get("same_as_fast"):
-                continue
-            cells, ratios = [], []
-            for b, other in batches:
-                match = next(r for r in other["paths"] if r["label"] == row["label"])
-                vs = match["vs_fast"]
-                extra = vs["extra_us"]
-                cells.append(
-                    f"{'+' if extra >= 0 else '-'}{_us(abs(extra))} µs ({_x(vs['step_us.median'])})"
-                )
-                ratios.append((b, vs["step_us.median"]))
-            rows.append([row["label"], *cells, _from_batch(ratios)])
-    if rows:
-        lines += _table(
-            ["path", *(f"batch {b}" for b, _ in batches), f"within {WITHIN}x from"], rows
+
+
+def _wrapper_of(shown: dict[str, str], label: str) -> str:
+    return next(k for k, v in shown.items() if v == label)
+
+
+def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+    def cell(batch, label):
+        empty = fast_row(batch, _key(label)).get("empty_step_us")
+        return (
+            f"{_num(empty['median'])} ({_num(empty['min'])}–{_num(empty['max'])})" if empty else "-"
         )
-        lines.append("")
-    else:
-        lines += ["No implementation here has an idiomatic path other than its fast path.", ""]
-    for impl in impls:
-        text = HOW.get(impl)
-        if text is None:
-            same = any(
-                r.get("same_as_fast") for _, b in batches for r in b["paths"] if r["impl"] == impl
-            )
-            text = (
-                "Its idiomatic path is its fast path."
-                if same
-                else "See the implementation's own notes."
-            )
-        lines += [f"- **{impl}**: {text}"]
-    lines += [
+
+    return [
+        f"{h} What one call costs",
         "",
-        "Per-call overhead, two ways: the time of an empty step over the same state (a call "
-        "that computes nothing: what handing this state to a jitted function and back costs, "
-        "whatever the batch size), and a path's step time minus the per-step time of the same "
-        "steps as one `lax.scan` (the plot; at small batches the same fixed cost, at large ones "
-        "also what XLA gains by scheduling several steps as one program).",
+        "µs per call of an *empty step*: a jitted function that takes the fast path's train state "
+        "(donated), the batch and the key and hands back the state and zero metrics, computing "
+        "nothing (median, fastest–slowest round).",
         "",
+        _grid(result, cell, [LABELS.get(i, i) for i in _impls(result)]),
         *_image(images, "overhead"),
     ]
-    return lines
 
 
-def _from_batch(ratios: Sequence[tuple[int, float | None]]) -> str:
-    """The smallest batch size from which every larger one is within :data:`WITHIN`."""
-    start = None
-    for b, r in reversed(ratios):
-        if r is None or r > WITHIN:
-            break
-        start = b
-    return "-" if start is None else f"batch {start}"
-
-
-def _per_batch(result: dict[str, Any]) -> list[str]:
-    labels = _labels(result)
-    lines = ["## Every figure, by batch size", ""]
-    for b, batch in _batches(result):
-        roof, layer = batch["roof"], batch["layer_roof"]
-        lines += [
-            f"### batch {b}",
-            "",
-            f"K = {batch['steps_per_round']} steps per round. Roof: "
-            f"{_gf(roof['gflops_per_s'])} GFLOP/s ({'x'.join(map(str, roof['shape'][:2]))} "
-            f"matmul); the widest layer's matmul alone, "
-            f"[{layer['shape'][0]}x{layer['shape'][1]}]·[{layer['shape'][1]}x{layer['shape'][2]}]"
-            f", reaches {_gf(layer['gflops_per_s'])} GFLOP/s.",
-            "",
+def _compile(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+    b, batch = _batches(result)[-1]
+    rows = [
+        [
+            path_label(r),
+            *(_num(r.get(f), 2) for f in ("trace_s", "lower_s", "compile_s", "first_call_s")),
         ]
-        rows = []
-        for row in _shown(batch):
-            s = row["step_us"]
-            rows.append(
-                [
-                    labels[row["label"]],
-                    _us(s["median"]),
-                    f"{_us(s['min'])}-{_us(s['max'])}",
-                    _x(row["vs_pure_jax"]["step_us.median"]),
-                    _us(row["empty_step_us"]["median"]) if row.get("empty_step_us") else "-",
-                    _overhead(row),
-                    _gf(row["gflops_per_s"]),
-                    _pct(row["roof_fraction"]),
-                    _rate(row["loop_examples_per_s"]),
-                    _rate(row["epoch_examples_per_s"]),
-                ]
-            )
-        lines += _table(
-            [
-                "path",
-                "median µs",
-                "fastest-slowest",
-                "vs pure JAX",
-                "empty step µs",
-                "step - scan µs ± noise",
-                "GFLOP/s",
-                "of roof",
-                "loop ex/s",
-                "epoch ex/s",
-            ],
-            rows,
-        )
-        lines.append("")
-        rows = []
-        for row in _shown(batch):
-            memory, hlo = row.get("memory") or {}, row.get("hlo") or {}
-            rows.append(
-                [
-                    labels[row["label"]],
-                    _s(row.get("trace_s")),
-                    _s(row.get("lower_s")),
-                    _s(row.get("compile_s")),
-                    _s(row.get("first_call_s")),
-                    _x(row["vs_pure_jax"]["first_call_s"]),
-                    _gf(row["flops"] / 1e6) if row.get("flops") else "-",
-                    _mb(memory.get("temp_size_in_bytes")),
-                    f"{hlo['fusions']} ({hlo['library_fusions']} library, {hlo['plain_dots']} "
-                    f"plain dots); {hlo['copies']} copies, {hlo.get('transposes', '?')} "
-                    "transposes"
-                    if hlo
-                    else "-",
-                ]
-            )
-        lines += _table(
-            [
-                "path",
-                "trace s",
-                "lower s",
-                "compile s",
-                "first call s",
-                "first call vs pure JAX",
-                "MFLOP/step",
-                "temp MiB",
-                "HLO fusions; copies, transposes",
-            ],
-            rows,
-        )
-        lines.append("")
-    return lines
-
-
-def _overhead(row: dict[str, Any]) -> str:
-    noise = row.get("overhead_noise_us")
-    return _us(row["overhead_us"]) + (f" ±{_us(noise)}" if noise is not None else "")
-
-
-def _compile(result: dict[str, Any], images: dict[str, str]) -> list[str]:
-    if not result["batches"]:
-        return []
+        for r in batch["paths"]
+        if not r.get("same_as_fast")
+    ]
+    hlo = [
+        [
+            LABELS.get(r["impl"], r["impl"]),
+            _num((r.get("flops") or 0) / 1e6, 1),
+            str(r["hlo"].get("fusions", "-")),
+            str(r["hlo"].get("copies", "-")),
+            str(r["hlo"].get("transposes", "-")),
+        ]
+        for r in _batches(result)[0][1]["paths"]
+        if r["path"] == FAST and r.get("hlo")
+    ]
     return [
-        "## Compile time",
+        f"{h} Compile time and what XLA compiled",
         "",
-        "Fast paths: `jax.clear_caches()`, then `jax.jit(train_step).trace(...)`, `.lower()` and "
-        "`.compile()` timed one by one. Idiomatic paths have no jit object of their own to hand, "
-        "so their first call is timed after `jax.clear_caches()` and split by JAX's own trace, "
-        "lower and compile events (`jax.monitoring`); the first call also runs the step once. "
-        "Compile time hardly depends on the batch size; the plot shows the largest one.",
+        f"Seconds at batch {b}, one measurement each (no interval): a fast path's "
+        "`trace`, `lower` and `compile` after `jax.clear_caches()`; a wrapper's first call, "
+        "split by JAX's own compile events.",
         "",
+        markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
         *_image(images, "compile"),
+        f"The fast paths' optimized HLO at batch {_batches(result)[0][0]}: MFLOP per step "
+        "(`cost_analysis`), fusions, copies and transposes.",
+        "",
+        markdown_table(["fast path", "MFLOP", "fusions", "copies", "transposes"], hlo, "lrrrr"),
     ]
 
 
-def _epoch(result: dict[str, Any], images: dict[str, str]) -> list[str]:
-    batches = _batches(result)
-    rows = []
-    impls = list(dict.fromkeys(s["impl"] for _, batch in batches for s in batch["epoch"]))
-    for impl in impls:
-        cells = []
-        for _, batch in batches:
-            scan = scan_row(batch, impl)
-            loop = fast_row(batch, impl)
-            cells.append(
-                f"{_rate(loop['loop_examples_per_s'])} → {_rate(scan['examples_per_s'])} "
-                f"({scan['speedup_vs_loop']:.2f}x)"
-                if scan
-                else "-"
-            )
-        rows.append([impl, *cells])
-    lines = [
-        "## The epoch as one call",
-        "",
-        "Examples per second of the fast path's Python loop over K device-resident batches → the "
-        "same K steps as one jitted `lax.scan` (one call per epoch), and the speed-up. The scan "
-        "removes the per-call dispatch and lets XLA keep the state in place across steps; it "
-        "does not change the work of a step.",
-        "",
-        *_table(["impl", *(f"batch {b}" for b, _ in batches)], rows),
-        "",
-    ]
-    unrolls = sorted({s["unroll"] for _, batch in batches for s in batch["epoch"]})
-    if len(unrolls) > 1:
-        rows = []
-        for u in unrolls:
-            cells = []
-            for _, batch in batches:
-                scan = scan_row(batch, REFERENCE, u)
-                cells.append(
-                    f"{_us(scan['step_us'])} µs/step, compile {_s(scan['compile_s'])} s"
-                    if scan
-                    else "-"
-                )
-            rows.append([str(u), *cells])
-        lines += [
-            "`lax.scan(..., unroll=u)` of pure JAX's step (per-step time of the scan, and the "
-            "compile time of the whole program):",
-            "",
-            *_table(["unroll", *(f"batch {b}" for b, _ in batches)], rows),
-            "",
-        ]
-    return lines + _image(images, "epoch")
-
-
-def _roof(result: dict[str, Any], images: dict[str, str]) -> list[str]:
+def _roof(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
     rows = []
     for b, batch in _batches(result):
-        fast = [r for r in batch["paths"] if r["kind"] == "fast" and r["gflops_per_s"]]
-        best = max(fast, key=lambda r: r["gflops_per_s"], default=None)
-        scans = [s for s in batch["epoch"] if s.get("gflops_per_s")]
-        scan = max(scans, key=lambda s: s["gflops_per_s"], default=None)
+        fast = [r for r in batch["paths"] if r["path"] == FAST and r.get("roof_interval")]
+        best = max(fast, key=lambda r: r["roof_interval"]["ratio"], default=None)
+        scans = [s for s in batch["epoch"] if s.get("roof_fraction")]
+        scan = max(scans, key=lambda s: s["roof_fraction"], default=None)
+        interval = best["roof_interval"] if best else None
         rows.append(
             [
                 str(b),
-                _gf(batch["roof"]["gflops_per_s"]),
-                _gf(batch["layer_roof"]["gflops_per_s"]),
-                f"{best['label']}: {_gf(best['gflops_per_s'])} ({_pct(best['roof_fraction'])})"
+                _num(batch["roof"]["gflops_per_s"]),
+                f"{path_label(best)}: {_pct(interval['ratio'])}"
+                + (
+                    f" ({_pct(interval['low'])}–{_pct(interval['high'])})"
+                    if interval["low"]
+                    else ""
+                )
                 if best
                 else "-",
-                f"{scan['impl']} unroll {scan['unroll']}: {_gf(scan['gflops_per_s'])} "
-                f"({_pct(scan['roof_fraction'])})"
+                f"{LABELS.get(scan['impl'], scan['impl'])}: {_pct(scan['roof_fraction'])}"
                 if scan
                 else "-",
             ]
         )
+    n = result["settings"]["roof_size"]
     return [
-        "## Against the matmul roof",
+        f"{h} Against the matmul roof",
         "",
-        "GFLOP/s of the best fast path (Python loop) and of the best epoch-as-one-call program, "
-        "with their fraction of the square-matmul roof measured in the same rounds, and what the "
-        "model's widest layer reaches as a matmul alone at that batch size.",
+        f"The roof is a jitted float32 {n}x{n} matmul timed in the same rounds; a path's GFLOP/s "
+        "count the FLOPs of its fast path's `cost_analysis`.",
         "",
-        *_table(
-            ["batch", "roof GFLOP/s", "widest layer GFLOP/s", "best fast path", "best epoch call"],
-            rows,
+        markdown_table(
+            ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"], rows, "rrll"
         ),
-        "",
         *_image(images, "roof"),
     ]
 
 
-def _parallel(result: dict[str, Any], images: dict[str, str]) -> list[str]:
+def _precision(result: dict[str, Any], h: str) -> list[str]:
+    parts = result.get("precision") or []
+    if not parts:
+        return []
+    impls = list(dict.fromkeys(r["impl"] for p in parts for r in p["rows"]))
+    rows = []
+    for impl in impls:
+        cells = []
+        for part in parts:
+            row = next(
+                (r for r in part["rows"] if r["impl"] == impl and r["dtype"] == "bfloat16"), None
+            )
+            cells.append(ratio(row["vs_float32"]) if row else "-")
+        rows.append([LABELS.get(impl, impl), *cells])
+    header = ["bfloat16 / float32", *(f"batch {p['batch_size']}" for p in parts)]
+    return [
+        f"{h} bfloat16 against float32",
+        "",
+        "Per call, each fast path with `compute_dtype` bfloat16 against the same path in float32 "
+        "(parameters and Adam in float32 both ways), the two interleaved.",
+        "",
+        markdown_table(header, rows, "l" + "r" * len(parts)),
+    ]
+
+
+def _parallel(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
     data = result.get("data_parallel")
     if not data or not data["rows"]:
         return []
-    rows = data["rows"]
-    columns = sorted(
-        {(r["mechanism"], r["devices"]) for r in rows if r["mechanism"] != "none"},
-        key=lambda c: (c[0], c[1]),
+    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+    cases = sorted(
+        {(r["mechanism"], r["devices"]) for r in data["rows"] if r["mechanism"] != "none"}
     )
-    table = []
-    for impl in dict.fromkeys(r["impl"] for r in rows):
-        cell = {(r["mechanism"], r["devices"]): r for r in rows if r["impl"] == impl}
-        serial = cell.get(("none", 1))
-        table.append(
-            [
-                impl,
-                _us(serial["step_us"]["median"]) if serial else "-",
-                *(
-                    f"{_us(cell[c]['step_us']['median'])} ({cell[c]['ratio_to_serial']:.2f}x)"
-                    if c in cell and cell[c].get("ratio_to_serial")
-                    else "-"
-                    for c in columns
-                ),
-            ]
-        )
-    ref = [r for r in rows if r["impl"] != REFERENCE and r["vs_pure_jax"]["step_us.median"]]
-    spread = [r["vs_pure_jax"]["step_us.median"] for r in ref]
-    note = data.get("note")
+    cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in data["rows"]}
+    rows = [
+        [
+            f"{m} x{n}",
+            *(ratio(cell[(i, m, n)].get("vs_serial")) if (i, m, n) in cell else "-" for i in impls),
+        ]
+        for m, n in cases
+    ]
+    note = (
+        f" **{data['note']}**: this shows what each mechanism costs, not how it scales."
+        if data.get("note")
+        else ""
+    )
     return [
-        "## Data parallelism",
+        f"{h} Data parallelism",
         "",
-        f"`cvae_rosetta.spec.parallel.Plan(mechanism, n).make_step(impl)` (the step `cvae train "
-        f"--data-parallel` runs) at global batch {data['batch_size']}, "
-        f"{data['steps_per_round']} steps per round, rounds interleaved; each cell is the median "
-        "step time in µs and its ratio to the same implementation's serial step (the `pmap` "
-        "step checks every batch's values on the host before it splits the batch, as in "
-        "`cvae train`)."
-        + (
-            f" **Note: {note}** (the process splits the host into forced XLA host devices before "
-            "JAX starts), so these figures show what each mechanism costs, not how it scales."
-            if note
-            else ""
+        f"The step `cvae train --data-parallel` runs, at global batch {data['batch_size']}, as a "
+        f"ratio to the same implementation's serial step.{note}",
+        "",
+        markdown_table(
+            ["mechanism", *(LABELS.get(i, i) for i in impls)], rows, "l" + "r" * len(impls)
         ),
-        "",
-        *_table(
-            ["impl", "serial µs", *(f"{m} x{n}" for m, n in columns)],
-            table,
-        ),
-        "",
-        (
-            f"Against pure JAX in the same case, the other implementations range from "
-            f"{min(spread):.3f}x to {max(spread):.3f}x."
-            if spread
-            else ""
-        ),
-        "",
         *_image(images, "data_parallel"),
     ]
+
+
+def _goals(result: dict[str, Any], h: str) -> list[str]:
+    goals = result.get("goals", {})
+    rows = []
+    within, overhead, roof = (goals.get(k) for k in GOALS)
+    if within and within.get("worst"):
+        w = within["worst"]
+        rows.append(
+            [
+                f"no fast path measurably more than {_pct(within['threshold'] - 1)} slower "
+                "than pure JAX per call (the interval's lower end)",
+                f"worst: {LABELS.get(w['label'], w['label'])} at batch {w['batch']}, "
+                f"{ratio(w.get('interval')) if w.get('interval') else _num(w['ratio'], 3)}",
+                _met(within["met"]),
+            ]
+        )
+    if overhead and overhead.get("worst"):
+        w = overhead["worst"]
+        rows.append(
+            [
+                f"an empty step's call at most {overhead['threshold']:.0f} µs",
+                f"largest: {LABELS.get(w['label'], w['label'])} at batch {w['batch']}, "
+                f"{_num(w['us'])} µs",
+                _met(overhead["met"]),
+            ]
+        )
+    if roof and roof.get("best"):
+        rows.append(
+            [
+                f"the fastest path at batch {roof['batch']} at {_pct(roof['threshold'])} "
+                "of the roof",
+                f"{roof['best']['label']}: {_pct(roof['best']['fraction'])}",
+                _met(roof["met"]),
+            ]
+        )
+    return [f"{h} Goals", "", markdown_table(["goal", "measured", "met"], rows), ""] if rows else []
+
+
+def _met(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "**no**")
+
+
+# --- pages ----------------------------------------------------------------------------------------
+
+
+def page(result: dict[str, Any], images: dict[str, str], *, source: str) -> str:
+    """``bench.md``: one result's page."""
+    return (
+        "\n".join(
+            [
+                f"# Benchmark: {backend_name(result)}",
+                "",
+                f"Every figure is read from `{source}` ({provenance(result)}).",
+                "",
+                *section(result, images),
+            ]
+        ).rstrip()
+        + "\n"
+    )
+
+
+def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]) -> str:
+    """``docs/performance.md``: one section per result file ``(source, result, images)``."""
+    lines = [
+        "# Performance",
+        "",
+        "Generated by `python benchmarks/render.py` from the result files in "
+        "`benchmarks/results/`; each section below is one file, measured on one machine on one "
+        "day, and says which. Figures of different machines are never put in one column.",
+        "",
+        "How to read it: every ratio has its interval in brackets; **≈** marks a ratio whose "
+        "interval holds 1.0: within noise, no difference measured, nothing ranked. *Device time* "
+        "(the step inside one `lax.scan`) and *per call* (a Python loop of jitted calls) are "
+        "reported apart: the first is what a framework does to the compiled step, the second "
+        "adds what calling it from Python costs. Measure your own machine with "
+        "`cvae bench --out DIR` (`--quick`: about a minute).",
+        "",
+    ]
+    for source, result, images in parts:
+        lines += [
+            f"## On the {backend_name(result)}: {provenance(result)}",
+            "",
+            f"From `{source}`.",
+            "",
+            *section(result, images, level=3),
+        ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def decision(results: Sequence[dict[str, Any]]) -> str:
+    """The choosing page's table: for each need, the style, what the results say, the caveat."""
+    rows = []
+    for need, impl, wrapper, caveat in NEEDS:
+        reasons = [_reason(result, impl, wrapper) for result in results]
+        rows.append([need, LABELS[impl], "<br>".join(r for r in reasons if r), caveat])
+    sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
+    return (
+        markdown_table(
+            ["if you need", "use", "measured (per step, against pure JAX)", "mind"], rows
+        )
+        + f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    )
+
+
+def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
+    batches = _batches(result)
+    name = backend_name(result)
+    sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
+    if impl == REFERENCE:
+        empty = [fast_row(bt, REFERENCE).get("empty_step_us") for _, bt in batches]
+        empty = [e["median"] for e in empty if e]
+        return (
+            f"**{name}**: the reference the others are measured against; one call of a jitted "
+            f"step costs {_num(min(empty))}–{_num(max(empty))} µs before any work"
+            if empty
+            else f"**{name}**: the reference"
+        )
+    device = [
+        (b, (scan_row(bt, impl) or {}).get("vs_pure_jax", {}).get("step")) for b, bt in batches
+    ]
+    apart = [(b, e) for b, e in device if differs(e)]
+    text = f"**{name}**, device time: " + (
+        "; ".join(f"{ratio(e)} at batch {b}" for b, e in apart) + "; within noise at the others"
+        if apart
+        else f"within noise of pure JAX at every batch size ({sizes})"
+    )
+    rows = [(b, _row(bt, f"{impl}:{wrapper}")) for b, bt in batches] if wrapper else []
+    rows = [(b, r) for b, r in rows if r]
+    if rows:
+        (b0, first), (b1, last) = rows[0], rows[-1]
+        span = "" if b0 == b1 else f", {ratio(last['vs_fast']['step'])} at {b1}"
+        text += (
+            f"; `{wrapper}` per call, against the fast path: "
+            f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
+        )
+    return text
 
 
 # --- the terminal ---------------------------------------------------------------------------------
@@ -643,37 +646,19 @@ def _parallel(result: dict[str, Any], images: dict[str, str]) -> list[str]:
 def terminal_summary(result: dict[str, Any]) -> str:
     lines = []
     for b, batch in _batches(result):
-        cells = []
-        for row in _shown(batch):
-            cells.append(
-                f"{row['label']} {_us(row['step_us']['median'])} µs "
-                f"({_x(row['vs_pure_jax']['step_us.median'])})"
-            )
+        cells = [
+            f"{path_label(r)} {_num(r['step_us']['median'])} µs "
+            f"({ratio(r['vs_pure_jax']['step'], short=True)})"
+            for r in batch["paths"]
+            if not r.get("same_as_fast")
+        ]
         lines.append(f"batch {b}: " + ", ".join(cells))
-    goals = result.get("goals", {})
-    within, overhead, roof = (goals.get(k) for k in GOALS)
-    if within and within["worst"]:
-        w = within["worst"]
-        lines.append(
-            f"  every fast path within {within['threshold']}x of pure JAX: "
-            f"{_met(within['met']).strip('*')} (worst {w['label']} at batch {w['batch']}, "
-            f"{_x(w['ratio'])})"
-        )
-    if overhead and overhead["worst"]:
-        w = overhead["worst"]
-        lines.append(
-            f"  fast-path overhead at most {overhead['threshold']:.0f} µs: "
-            f"{_met(overhead['met']).strip('*')} (an empty step over the same state: largest "
-            f"{w['label']} at batch {w['batch']}, {_us(w['us'])} µs)"
-        )
-    if roof and roof["best"]:
-        lines.append(
-            f"  {_pct(roof['threshold'])} of the roof at batch {roof['batch']}: "
-            f"{_met(roof['met']).strip('*')} ({roof['best']['label']}, "
-            f"{_pct(roof['best']['fraction'])} of {_gf(roof['roof_gflops_per_s'])} GFLOP/s)"
-        )
+    table = _goals(result, "#")[2] if _goals(result, "#") else ""
+    for row in table.splitlines()[2:]:
+        goal, measured, met = (c.strip() for c in row.strip("|").split(" | "))
+        lines.append(f"  {goal}: {met.strip('*')} ({measured})")
     if loaded(result):
-        lines.append(f"  note: the machine was loaded (other processes: {_others(result)})")
+        lines.append("  note: the machine was loaded while measuring")
     return "\n".join(lines)
 
 
@@ -690,20 +675,18 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
 
     from cvae_rosetta.files import atomic_write
 
-    written = {}
-    batches = _batches(result)
-    if not batches:
+    written: dict[str, str] = {}
+    if not result["batches"]:
         return written
     drawers = {
         "step_time": _plot_step_time,
         "overhead": _plot_overhead,
         "compile": _plot_compile,
         "roof": _plot_roof,
-        "epoch": _plot_epoch,
         "data_parallel": _plot_parallel,
     }
     for name, draw in drawers.items():
-        figure = Figure(figsize=(10, 4.2), dpi=100, layout="constrained")
+        figure = Figure(figsize=(9, 4), dpi=110, layout="constrained")
         FigureCanvasAgg(figure)
         if draw(figure, result) is False:
             continue
@@ -715,175 +698,105 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
     return written
 
 
-def _series(result: dict[str, Any]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-    out: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for b, batch in _batches(result):
-        for row in _shown(batch):
-            out.setdefault(row["label"], []).append((b, row))
-    return out
+def _style(i: int, dashed: bool = False) -> dict[str, Any]:
+    return {"color": f"C{i}", "linestyle": "--" if dashed else "-", "marker": "o", "markersize": 4}
 
 
-def _style(label: str) -> dict[str, Any]:
-    return {"linestyle": "-" if ":" not in label else "--", "marker": "o", "markersize": 4}
+def _errorbar(axis, xs, entries, i, label, dashed=False):
+    ys = [e["ratio"] for e in entries]
+    low = [e["ratio"] - (e["low"] if e.get("low") is not None else e["ratio"]) for e in entries]
+    high = [(e["high"] if e.get("high") is not None else e["ratio"]) - e["ratio"] for e in entries]
+    axis.errorbar(xs, ys, yerr=[low, high], label=label, capsize=3, **_style(i, dashed))
 
 
 def _plot_step_time(figure, result):
-    left, right = figure.subplots(1, 2)
-    for label, points in _series(result).items():
-        xs = [b for b, _ in points]
-        left.plot(xs, [r["step_us"]["median"] for _, r in points], label=label, **_style(label))
-        right.plot(xs, [r["vs_pure_jax"]["step_us.median"] for _, r in points], **_style(label))
-    left.set(
-        xscale="log",
-        yscale="log",
-        xlabel="batch size",
-        ylabel="median step time (µs)",
-        title="step time",
-    )
-    right.axhline(1.03, color="grey", linewidth=0.8, linestyle=":")
-    right.set(
-        xscale="log",
-        xlabel="batch size",
-        ylabel="ratio to pure JAX",
-        title="ratio to pure JAX (dotted: 1.03)",
-    )
-    left.legend(fontsize=7)
+    device, call = figure.subplots(1, 2, sharey=True)
+    batches = _batches(result)
+    for i, impl in enumerate(_impls(result)):
+        scans = [(b, scan_row(bt, impl)) for b, bt in batches]
+        scans = [(b, s["vs_pure_jax"]["step"]) for b, s in scans if s]
+        _errorbar(device, [b for b, _ in scans], [e for _, e in scans], i, LABELS.get(impl, impl))
+        calls = [(b, fast_row(bt, impl)["vs_pure_jax"]["step"]) for b, bt in batches]
+        _errorbar(call, [b for b, _ in calls], [e for _, e in calls], i, LABELS.get(impl, impl))
+    for axis, title in ((device, "device time (one lax.scan)"), (call, "per call (Python loop)")):
+        axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        axis.set(xscale="log", xlabel="batch size", title=title)
+    device.set(ylabel="ratio to pure JAX, with interval")
+    device.legend(fontsize=9)
 
 
 def _plot_overhead(figure, result):
-    empty, axis = figure.subplots(1, 2, width_ratios=(2, 3))
-    for label, points in _series(result).items():
-        points = [(b, r) for b, r in points if r.get("empty_step_us")]
-        if points:
-            empty.plot(
-                [b for b, _ in points],
-                [r["empty_step_us"]["median"] for _, r in points],
-                label=label,
-                **_style(label),
+    axis = figure.subplots()
+    batches = _batches(result)
+    for i, impl in enumerate(_impls(result)):
+        pts = [(b, fast_row(bt, impl).get("empty_step_us")) for b, bt in batches]
+        pts = [(b, e) for b, e in pts if e]
+        if pts:
+            axis.errorbar(
+                [b for b, _ in pts],
+                [e["median"] for _, e in pts],
+                yerr=[
+                    [e["median"] - e["min"] for _, e in pts],
+                    [e["max"] - e["median"] for _, e in pts],
+                ],
+                label=LABELS.get(impl, impl),
+                capsize=3,
+                **_style(i),
             )
-    empty.axhline(30, color="grey", linewidth=0.8, linestyle=":")
-    empty.set_xscale("log")
-    empty.set_ylim(bottom=0)
-    empty.set(xlabel="batch size", ylabel="µs per call", title="an empty step over the same state")
-    empty.legend(fontsize=7)
-    for i, (label, points) in enumerate(_series(result).items()):
-        points = [(b, r) for b, r in points if r["overhead_us"] is not None]
-        shift = 1.0 + 0.03 * (i - 3)  # side by side, so that the error bars do not overlap
-        axis.errorbar(
-            [b * shift for b, _ in points],
-            [r["overhead_us"] for _, r in points],
-            yerr=[r.get("overhead_noise_us") or 0.0 for _, r in points],
-            label=label,
-            capsize=2,
-            **_style(label),
-        )
-    axis.axhline(30, color="grey", linewidth=0.8, linestyle=":")
-    axis.axhline(0, color="black", linewidth=0.5)
-    axis.set_xscale("log")
-    axis.set_yscale("symlog", linthresh=30, linscale=1.0)
-    axis.set(
-        xlabel="batch size",
-        ylabel="step time - scan step time (µs)",
-        title="step minus scanned step, with half the rounds' spread (dotted: 30 µs)",
-    )
-    axis.legend(fontsize=7)
+    axis.set(xscale="log", xlabel="batch size", ylabel="µs per call", title="an empty step's call")
+    axis.set_ylim(bottom=0)
+    axis.legend(fontsize=9)
 
 
 def _plot_compile(figure, result):
     b, batch = _batches(result)[-1]
-    rows = _shown(batch)
+    rows = [r for r in batch["paths"] if not r.get("same_as_fast")]
     axis = figure.subplots()
-    labels = [r["label"] for r in rows]
-    bottom = [0.0] * len(rows)
+    labels = [path_label(r).replace("`", "") for r in rows]
+    left = [0.0] * len(rows)
     for field, colour in (("trace_s", "C0"), ("lower_s", "C1"), ("compile_s", "C2")):
         values = [r.get(field) or 0.0 for r in rows]
-        axis.barh(labels, values, left=bottom, color=colour, label=field[:-2])
-        bottom = [x + y for x, y in zip(bottom, values, strict=True)]
+        axis.barh(labels, values, left=left, color=colour, label=field[:-2])
+        left = [x + y for x, y in zip(left, values, strict=True)]
     axis.invert_yaxis()
     axis.set(xlabel="seconds", title=f"trace, lower and compile at batch {b}")
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=9)
 
 
 def _plot_roof(figure, result):
     axis = figure.subplots()
     batches = _batches(result)
     xs = [b for b, _ in batches]
-    axis.plot(
-        xs,
-        [batch["roof"]["gflops_per_s"] for _, batch in batches],
-        color="black",
-        label="square matmul roof",
-    )
-    axis.plot(
-        xs,
-        [batch["layer_roof"]["gflops_per_s"] for _, batch in batches],
-        color="grey",
-        linestyle=":",
-        label="widest layer as a matmul",
-    )
-    for label, points in _series(result).items():
-        if ":" in label:
-            continue
+    axis.plot(xs, [bt["roof"]["gflops_per_s"] for _, bt in batches], color="black", label="roof")
+    for i, impl in enumerate(_impls(result)):
         axis.plot(
-            [b for b, _ in points],
-            [r["gflops_per_s"] for _, r in points],
-            label=label,
-            **_style(label),
+            xs,
+            [fast_row(bt, impl)["gflops_per_s"] for _, bt in batches],
+            label=LABELS.get(impl, impl),
+            **_style(i),
         )
-    scans = [(b, scan_row(batch, REFERENCE)) for b, batch in batches]
-    axis.plot(
-        [b for b, s in scans if s],
-        [s["gflops_per_s"] for _, s in scans if s],
-        linestyle="-.",
-        marker="s",
-        markersize=4,
-        label=f"{REFERENCE} epoch as one call",
-    )
+        scans = [(b, scan_row(bt, impl)) for b, bt in batches]
+        axis.plot(
+            [b for b, s in scans if s],
+            [s["gflops_per_s"] for _, s in scans if s],
+            **_style(i, True),
+        )
     axis.set(
         xscale="log",
         yscale="log",
         xlabel="batch size",
         ylabel="GFLOP/s",
-        title="useful GFLOP/s against the matmul roof",
+        title="per call (solid), device time (dashed), roof (black)",
     )
-    axis.legend(fontsize=7)
-
-
-def _plot_epoch(figure, result):
-    axis = figure.subplots()
-    batches = _batches(result)
-    impls = list(dict.fromkeys(s["impl"] for _, batch in batches for s in batch["epoch"]))
-    for i, impl in enumerate(impls):
-        loop = [(b, fast_row(batch, impl)["loop_examples_per_s"]) for b, batch in batches]
-        scan = [(b, scan_row(batch, impl)) for b, batch in batches]
-        axis.plot(
-            *zip(*loop, strict=True), color=f"C{i}", marker="o", markersize=4, label=f"{impl} loop"
-        )
-        axis.plot(
-            [b for b, s in scan if s],
-            [s["examples_per_s"] for _, s in scan if s],
-            color=f"C{i}",
-            linestyle="--",
-            marker="s",
-            markersize=4,
-            label=f"{impl} epoch as one call",
-        )
-    axis.set(
-        xscale="log",
-        yscale="log",
-        xlabel="batch size",
-        ylabel="examples / s",
-        title="Python loop (solid) against the epoch as one lax.scan (dashed)",
-    )
-    axis.legend(fontsize=7, ncol=2)
+    axis.legend(fontsize=9)
 
 
 def _plot_parallel(figure, result):
     data = result.get("data_parallel")
-    if not data or not data["rows"]:
-        return False
     mechanisms = list(
-        dict.fromkeys(r["mechanism"] for r in data["rows"] if r["mechanism"] != "none")
+        dict.fromkeys(
+            r["mechanism"] for r in (data or {}).get("rows", []) if r["mechanism"] != "none"
+        )
     )
     if not mechanisms:
         return False
@@ -891,30 +804,46 @@ def _plot_parallel(figure, result):
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     for axis, mechanism in zip(axes, mechanisms, strict=True):
         for i, impl in enumerate(impls):
-            points = sorted(
-                (r["devices"], r["ratio_to_serial"])
+            pts = sorted(
+                (r["devices"], r["vs_serial"])
                 for r in data["rows"]
-                if r["impl"] == impl and r["mechanism"] == mechanism and r["ratio_to_serial"]
+                if r["impl"] == impl and r["mechanism"] == mechanism and r.get("vs_serial")
             )
-            if points:
-                axis.plot(
-                    *zip(*points, strict=True), color=f"C{i}", marker="o", markersize=4, label=impl
-                )
+            if pts:
+                _errorbar(axis, [n for n, _ in pts], [e for _, e in pts], i, LABELS.get(impl, impl))
         axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         axis.set(xlabel="devices", title=mechanism)
     axes[0].set(ylabel="step time / serial step time")
-    axes[0].legend(fontsize=7)
-    if data.get("note"):
-        figure.suptitle(f"global batch {data['batch_size']}; {data['note']}", fontsize=9)
+    axes[0].legend(fontsize=9)
+
+
+# --- writing into pages ---------------------------------------------------------------------------
 
 
 def write_between_markers(doc: Path, begin: str, end: str, text: str) -> None:
     """Put ``text`` between the marker lines ``begin`` and ``end`` of the page ``doc`` (a
-    generated table in a page written by hand), replacing what stood there; the page is rewritten
-    atomically."""
+    generated table in a page written by hand), replacing what stood there; atomically."""
     page = doc.read_text()
     if begin not in page or end not in page:
         raise SystemExit(f"{doc}: no {begin} ... {end} markers to write the table between")
     head, rest = page.split(begin, 1)
     _, tail = rest.split(end, 1)
     write_text(doc, f"{head}{begin}\n{text}\n{end}{tail}")
+
+
+def render_docs(sources: Sequence[tuple[Path, str]], docs: Path) -> list[Path]:
+    """``docs/performance.md``, its plots and the decision table of ``docs/choosing.md`` from
+    result files ``(path, plot prefix)`` (from :func:`cvae_rosetta.bench.results.load`)."""
+    from cvae_rosetta.bench.results import load
+
+    parts, results = [], []
+    for path, prefix in sources:
+        result = load(path)
+        images = {k: f"img/{v}" for k, v in plots(result, docs / "img", prefix).items()}
+        parts.append((f"benchmarks/results/{path.name}", result, images))
+        results.append(result)
+    write_text(docs / "performance.md", performance_page(parts))
+    write_between_markers(
+        docs / "choosing.md", DECISION_BEGIN, DECISION_END, decision(results).rstrip()
+    )
+    return [docs / "performance.md", docs / "choosing.md"]
