@@ -10,18 +10,23 @@ What they do, in build order:
   1. expand ``<!-- rosetta ... -->`` directives into one Material tab per implementation, each tab
      a code block that pymdownx.snippets fills from a marked section (:func:`expand_rosetta`),
      and ``<!-- snippet FILE[:SECTION] -->`` into one such code block (:func:`include`);
-  2. replace ``<!-- generated: NAME -->`` with a table made now from the sources (lines of code
-     per section), from the conformance suite's JSON report, or from ``docs/performance.md``, or
-     with the compare page's body, every implementation file whole (:func:`compare_files`);
-     and ``<!-- page-link PAGE | TEXT | FALLBACK -->`` with a link, or the fallback text while
-     the page does not exist;
+  2. replace ``<!-- generated: NAME -->`` with what is made now from the sources (lines of code
+     per section), from the conformance suite's JSON report (the compliance matrix and its
+     one-paragraph summary, every count in them computed), from the committed benchmark results
+     (what the jit wrappers cost, read through :mod:`cvae_rosetta.bench.results`), or with the
+     compare page's body, every implementation file whole (:func:`compare_files`); and
+     ``<!-- page-link PAGE | TEXT | FALLBACK -->`` with a link, or the fallback text while the
+     page does not exist;
   3. check every snippet the page then asks for (:func:`check_snippets`): the file exists and
      the section has exactly one start and one end marker, in that order, around at least one
      non-blank line. pymdownx.snippets' own ``check_paths`` fails on a missing file or section
      but takes a section with no end marker to the end of the file, and inserts an empty one;
      this check refuses all of those, naming the page, the file and the sections it has.
 
-Everything here reads files only: building the site imports no framework.
+Everything here reads files only: building the site imports no framework (nor JAX).
+
+Words: a *check* is one test function of the suite (one row of the matrix); its *cases* are its
+parametrisations (loss kinds, partners, mechanisms, ...), each run and reported on its own.
 """
 
 from __future__ import annotations
@@ -39,8 +44,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-REPORT = DOCS / "data" / "conformance.json"  # the committed report; see docs/choosing.md
+REPORT = DOCS / "data" / "conformance.json"  # the committed report; see docs/conformance.md
 REPORT_ENV = "CVAE_DOCS_CONFORMANCE_REPORT"  # another report instead, e.g. one just written
+SUITE = ROOT / "conformance"  # the suite's test modules, for the checks a report lacks
+MATRIX = "conformance.md#the-compliance-matrix"  # where the whole matrix is
+RESULTS = ROOT / "benchmarks" / "results"
+BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
 log = logging.getLogger("mkdocs.hooks.rosetta")
 
 # key: (tab label, source file); the order of the tabs and of every table's columns.
@@ -394,36 +403,250 @@ def _row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-# --- the conformance matrix ----------------------------------------------------------------------
+# --- the conformance matrix and its summary ------------------------------------------------------
+
+
+def read_report() -> tuple[dict, str]:
+    """The conformance report the pages are made from, and how a page names it: the committed
+    one, or the one ``$CVAE_DOCS_CONFORMANCE_REPORT`` points at."""
+    given = os.environ.get(REPORT_ENV)
+    path = Path(given or REPORT)
+    if not path.is_file():
+        raise DocsError(
+            f"no conformance report at {path} (see 'The compliance matrix' in docs/conformance.md)"
+        )
+    report = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(report.get("results"), dict) or not report["results"]:
+        raise DocsError(f"{path}: the conformance report has no results")
+    source = f"`{path.name}` (from `${REPORT_ENV}`)" if given else "`docs/data/conformance.json`"
+    return report, source
+
+
+def _label(key: str) -> str:
+    return IMPLEMENTATIONS[key][0] if key in IMPLEMENTATIONS else key
+
+
+def _check_of(case: str) -> str:
+    """``test_spec.py::test_loss_matches_reference[mse-1.0]`` -> its check, without the case."""
+    return re.sub(r"\[.*\]$", "", case).strip(":")
+
+
+def _failed(outcome: str) -> bool:
+    """Anything but a pass, a skip or "not applicable" counts as a failure (an error, say)."""
+    return outcome not in ("passed", "not applicable") and not outcome.startswith("skipped")
+
+
+def outcomes(report: dict) -> tuple[list[str], dict[str, dict[str, Counter]]]:
+    """The report's implementations in tab order, and for every check the outcomes of its cases
+    per implementation."""
+    impls = [key for key in IMPLEMENTATIONS if key in report["results"]]
+    impls += sorted(set(report["results"]) - set(impls))
+    checks: dict[str, dict[str, Counter]] = {}
+    for impl in impls:
+        for case, outcome in report["results"][impl].items():
+            checks.setdefault(_check_of(case), {}).setdefault(impl, Counter())[outcome] += 1
+    return impls, checks
+
+
+def suite_checks() -> set[str] | None:
+    """Every check the suite has now (``FILE::FUNCTION``, ``FILE::CLASS::METHOD`` in a test
+    class), read from ``conformance/test_*.py`` without importing it; None without the suite."""
+    if not SUITE.is_dir():
+        return None
+    found = set()
+    functions = ast.FunctionDef | ast.AsyncFunctionDef
+    for path in sorted(SUITE.glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, functions) and node.name.startswith("test"):
+                found.add(f"{path.name}::{node.name}")
+            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                found.update(
+                    f"{path.name}::{node.name}::{item.name}"
+                    for item in node.body
+                    if isinstance(item, functions) and item.name.startswith("test")
+                )
+    return found
+
+
+def suite_drift(checks) -> str:
+    """A sentence naming the suite's checks that a report lacks and the ones it has that the suite
+    no longer has; empty when they agree (or the suite is not here to compare)."""
+    now = suite_checks()
+    if now is None:
+        return ""
+    missing, gone = sorted(now - set(checks)), sorted(set(checks) - now)
+    out = []
+    if missing:
+        out.append(
+            f"The suite has {len(now)} checks now; the report lacks {len(missing)} of them: "
+            f"{_check_list(missing)}."
+        )
+    if gone:
+        out.append(
+            f"The report holds {_count(len(gone), 'check')} the suite no longer has: "
+            f"{_check_list(gone)}."
+        )
+    return " ".join(out)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+NUMBER_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+)
+
+
+def _group(impls: list[str], everyone: list[str]) -> str:
+    """ "all five", "Flax NNX", "pure JAX, Flax Linen and Haiku"."""
+    if impls == everyone and len(everyone) > 1:
+        n = len(everyone)
+        return f"all {NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else n}"
+    labels = [_label(i) for i in impls]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _check_list(checks: list[str], limit: int = 6) -> str:
+    shown = [_check_name(c) for c in checks[:limit]]
+    more = len(checks) - limit
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def _report_environment(report: dict, impls: list[str]) -> str:
+    """``on the CPU (jax 0.10.2, flax 0.12.8, ..., Python 3.11.7)``."""
+    versions = {"jax": report.get("jax", "?")}
+    for impl in impls:
+        entry = report.get("implementations", {}).get(impl) or {}
+        if entry.get("framework"):
+            versions.setdefault(entry["framework"], entry.get("version", "?"))
+    listed = ", ".join(f"{name} {version}" for name, version in versions.items())
+    backend = str(report.get("backend", "?")).upper()
+    return f"on the {backend} ({listed}, Python {report.get('python', '?')})"
+
+
+def conformance_summary(where: str) -> str:
+    """One paragraph from the conformance report, every count computed: who passes every check
+    that applies, who fails or skips which, what is not applicable to whom, which of the suite's
+    checks the report lacks, and a link to the whole matrix."""
+    report, source = read_report()
+    impls, checks = outcomes(report)
+    cases = {i: len(report["results"][i]) for i in impls}
+    failed = {i: [c for c in sorted(checks) if _failing(checks[c].get(i))] for i in impls}
+    n_failed = {i: sum(_n(checks[c].get(i), _failed) for c in checks) for i in impls}
+    skipped = {i: [c for c in sorted(checks) if _n(checks[c].get(i), _skipped)] for i in impls}
+    n_skipped = {i: sum(_n(checks[c].get(i), _skipped) for c in checks) for i in impls}
+    lo, hi = min(cases.values()), max(cases.values())
+    case_counts = _count(lo, "case") if lo == hi else f"{lo} to {hi} cases"
+    when = f"report of {str(report.get('created', '?'))[:10]}"
+    if os.environ.get(REPORT_ENV):
+        when += f", {source},"
+    when += f" {_report_environment(report, impls)}"
+    clean = [i for i in impls if not n_failed[i] and not n_skipped[i]]
+    if clean == impls:
+        who = (
+            f"{_label(impls[0])} passes every check that applies to it"
+            if len(impls) == 1
+            else f"{_cap(_group(impls, impls))} implementations pass every check that applies "
+            "to them"
+        )
+        first = (
+            f"{who} in the conformance suite's {when}: {_count(len(checks), 'check')}, "
+            f"{case_counts} each (a check's cases are its parametrisations)."
+        )
+    else:
+        parts = []
+        for i in impls:
+            if n_failed[i]:
+                part = (
+                    f"{_label(i)} fails {n_failed[i]} of its {cases[i]} cases, in "
+                    f"{_count(len(failed[i]), 'check')} ({_check_list(failed[i])})"
+                )
+                if n_skipped[i]:
+                    part += f", and has {n_skipped[i]} skipped"
+                parts.append(part)
+            elif n_skipped[i]:
+                parts.append(
+                    f"{_label(i)} passes every case that ran but has {n_skipped[i]} of its "
+                    f"{cases[i]} cases skipped, neither passed nor failed, in "
+                    f"{_count(len(skipped[i]), 'check')} ({_check_list(skipped[i])})"
+                )
+        if clean:
+            verb = "passes" if len(clean) == 1 else "pass"
+            them = "it" if len(clean) == 1 else "them"
+            parts.append(f"{_group(clean, impls)} {verb} every check that applies to {them}")
+        first = (
+            f"In the conformance suite's {when}, its {_count(len(checks), 'check')} ran as "
+            f"{case_counts} for each implementation (a check's cases are its parametrisations): "
+            + "; ".join(parts)
+            + "."
+        )
+    sentences = [first]
+    na = []
+    for check in sorted(checks):
+        whom = [i for i in impls if checks[check].get(i, Counter())["not applicable"]]
+        if whom:
+            partly = [
+                i
+                for i in whom
+                if sum(checks[check][i].values()) > checks[check][i]["not applicable"]
+            ]
+            note = f" (some of its cases for {_group(partly, impls)})" if partly else ""
+            na.append(f"{_check_name(check)}, for {_group(whom, impls)}{note}")
+    if na:
+        sentences.append(
+            "Not applicable, neither passed nor failed (a capability the implementation does not "
+            "have, or one the run did not: a second device, say): " + "; ".join(na) + "."
+        )
+    drift = suite_drift(checks)
+    if drift:
+        sentences.append(drift)
+    href = posixpath.relpath(MATRIX.partition("#")[0], posixpath.dirname(where) or ".")
+    sentences.append(f"The whole matrix: [conformance]({href}#{MATRIX.partition('#')[2]}).")
+    return " ".join(sentences) + "\n"
+
+
+def _skipped(outcome: str) -> bool:
+    return outcome.startswith("skipped")
+
+
+def _n(counts: Counter | None, kind) -> int:
+    return sum(n for outcome, n in (counts or {}).items() if kind(outcome))
+
+
+def _failing(counts: Counter | None) -> bool:
+    return _n(counts, _failed) > 0
 
 
 def conformance_matrix() -> str:
-    path = Path(os.environ.get(REPORT_ENV) or REPORT)
-    if not path.is_file():
-        raise DocsError(f"no conformance report at {path} (see 'The compliance matrix' there)")
-    report = json.loads(path.read_text(encoding="utf-8"))
-    impls = [key for key in IMPLEMENTATIONS if key in report["results"]]
-    impls += sorted(set(report["results"]) - set(impls))
-    label = lambda key: IMPLEMENTATIONS[key][0] if key in IMPLEMENTATIONS else key
-    checks: dict[str, dict[str, Counter]] = {}
-    for impl in impls:
-        for check, outcome in report["results"][impl].items():
-            name = re.sub(r"\[.*\]$", "", check).strip(":")
-            checks.setdefault(name, {}).setdefault(impl, Counter())[outcome] += 1
+    report, source = read_report()
+    impls, checks = outcomes(report)
     versions = ", ".join(
-        f"{label(k)} ({report['implementations'][k]['framework']} "
+        f"{_label(k)} ({report['implementations'][k]['framework']} "
         f"{report['implementations'][k]['version']})"
         for k in impls
         if k in report.get("implementations", {})
     )
-    source = (
-        "`$" + REPORT_ENV + "`" if os.environ.get(REPORT_ENV) else "`docs/data/conformance.json`"
-    )
     lines = [
         f"From {source}, written {report.get('created', '?')} on {report.get('backend', '?')} "
-        f"with jax {report.get('jax', '?')} and Python {report.get('python', '?')}: {versions}.",
+        f"with jax {report.get('jax', '?')} and Python {report.get('python', '?')}: {versions}. "
+        f"{len(checks)} checks, one a row; the last row counts each implementation's cases.",
         "",
-        _row(["check", *map(label, impls)]),
+        _row(["check", *map(_label, impls)]),
         "|---|" + ":---:|" * len(impls),
     ]
     for name in sorted(checks):
@@ -434,6 +657,9 @@ def conformance_matrix() -> str:
         for i in impls
     ]
     lines.append(_row(["**all**", *totals]))
+    drift = suite_drift(checks)
+    if drift:
+        lines += ["", drift]
     return "\n".join(lines) + "\n"
 
 
@@ -449,12 +675,13 @@ def _cell(outcomes: Counter | None) -> str:
     if not outcomes:
         return "-"
     total = sum(outcomes.values())
-    if outcomes["failed"]:
-        return f"✗ {outcomes['failed']}/{total} failed"
+    failed = _n(outcomes, _failed)
+    if failed:
+        return f"✗ {failed}/{total} failed"
     parts = []
     if outcomes["passed"]:
         parts.append("✓" if outcomes["passed"] == total else f"✓ {outcomes['passed']}")
-    for kind in ("not applicable", "skipped"):
+    for kind in ("not applicable", "skipped", "skipped: earlier layer failed"):
         if outcomes[kind]:
             parts.append(kind if outcomes[kind] == total else f"{outcomes[kind]} {kind}")
     return ", ".join(parts)
@@ -462,7 +689,7 @@ def _cell(outcomes: Counter | None) -> str:
 
 def report_excerpt() -> str:
     """The report's header fields and the first few checks of its first implementation."""
-    report = json.loads(Path(os.environ.get(REPORT_ENV) or REPORT).read_text(encoding="utf-8"))
+    report, _ = read_report()
     first = next(iter(report["results"]))
     checks = dict(list(report["results"][first].items())[:4])
     excerpt = {
@@ -474,20 +701,77 @@ def report_excerpt() -> str:
     return "```json\n" + json.dumps(excerpt, indent=2) + "\n```\n"
 
 
-# --- the benchmark tables ------------------------------------------------------------------------
+# --- what the jit wrappers cost ------------------------------------------------------------------
 
 
-def performance_tables() -> str:
-    """``docs/performance.md`` from its first ``##`` heading on, each heading one level down."""
-    path = DOCS / "performance.md"
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    start = re.search(r"^## ", text, re.MULTILINE)
-    if not start:
-        return "No benchmark results yet: see [performance](performance.md).\n"
-    body = re.sub(
-        r"^(#{2,5}) ", lambda m: "#" + m[1] + " ", text[start.start() :], flags=re.MULTILINE
-    )
-    return body.rstrip() + "\n"
+def jit_overhead() -> str:
+    """Each idiomatic path's step time against its own implementation's fast path, with the
+    interval of the paired rounds, at the smallest and the largest batch size of every committed
+    ``cvae bench`` result (:data:`BENCH_FILES`), read through ``cvae_rosetta.bench.results.load``
+    (which reads JSON and imports no JAX)."""
+    try:
+        from cvae_rosetta.bench import results
+    except ImportError as error:
+        raise DocsError(f"jit-overhead: the project is not installed here ({error})") from None
+    columns: list[str] = []
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    sources = []
+    for name in BENCH_FILES:
+        path = RESULTS / name
+        if not path.is_file():
+            continue
+        try:
+            result = results.load(path)
+        except (ValueError, KeyError) as error:
+            raise DocsError(f"{_rel(path)}: {error}") from None
+        backend = str((result.get("environment") or {}).get("backend") or "?").upper()
+        sources.append(f"`{name}` ({results.provenance(result)})")
+        sizes = sorted(result["batches"], key=int)
+        for size in dict.fromkeys([sizes[0], sizes[-1]]):
+            column = len(columns)
+            columns.append(f"{backend}, batch {size}")
+            for row in result["batches"][size]["paths"]:
+                if row["path"] in (results.FAST, results.SAME_AS_FAST):
+                    continue
+                entry = (row.get("vs_fast") or {}).get("step")
+                if not entry or entry.get("ratio") is None:
+                    raise DocsError(
+                        f"{_rel(path)}: batch {size}: {row['impl']}:{row['path']} has no "
+                        "vs_fast['step'] ratio"
+                    )
+                cells.setdefault((row["impl"], row["path"]), {})[column] = _ratio(entry)
+    if not columns:
+        raise DocsError(f"no benchmark results in {_rel(RESULTS)} ({', '.join(BENCH_FILES)})")
+    order = list(IMPLEMENTATIONS)
+    rows = sorted(cells, key=lambda k: order.index(k[0]) if k[0] in order else len(order))
+    lines = [
+        "Time per call of each idiomatic path's step, from a Python loop that calls it, as a "
+        "multiple of its own implementation's fast path's, timed in the same rounds (the median, "
+        f"and the {results.CONFIDENCE:.0%} interval over the paired rounds: an interval that holds "
+        "1.00x is noise), at the smallest and the largest batch measured; from "
+        f"{' and '.join(sources)}:",
+        "",
+        _row(["idiomatic path", *columns]),
+        "|---|" + "---:|" * len(columns),
+    ]
+    for impl, path in rows:
+        first, _, rest = path.partition(" ")
+        name = f"`{first}` {rest}".rstrip()
+        lines.append(
+            _row(
+                [
+                    f"{_label(impl)}: {name}",
+                    *(cells[impl, path].get(c, "-") for c in range(len(columns))),
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(entry: dict) -> str:
+    if entry.get("low") is None or entry.get("high") is None:
+        return f"{entry['ratio']:.2f}x"
+    return f"{entry['ratio']:.2f}x ({entry['low']:.2f}–{entry['high']:.2f})"
 
 
 # --- dispatch ------------------------------------------------------------------------------------
@@ -498,8 +782,9 @@ def generated(name: str, where: str) -> str:
         "loc-table": loc_table,
         "tour-loc-table": tour_loc_table,
         "conformance-matrix": conformance_matrix,
+        "conformance-summary": lambda: conformance_summary(where),
         "report-excerpt": report_excerpt,
-        "performance-tables": performance_tables,
+        "jit-overhead": jit_overhead,
         "compare-files": compare_files,
     }
     if name not in makers:

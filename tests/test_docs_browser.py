@@ -7,7 +7,10 @@ downloads a browser. Without Chromium, Playwright or a built site, every test he
 the reason says which. Screenshots go to ``$CVAE_DOCS_SCREENSHOTS`` (default ``site-screenshots/``,
 ignored by git): the first screenful of every page at 1440 px, every side-by-side page whole at
 1440 and 800 px, and the views of two implementations (``pair/``) with their measurements
-(``pair/measurements.json``: the widest code line against its column, for every pair).
+(``pair/measurements.json``: the widest code line against its column, for every pair), and the
+choosing and performance pages whole at 1440 x 900 px with their tables' measurements
+(``layout/``: the page's height, the text column's width, every table's top, width and sideways
+scroll).
 """
 
 from __future__ import annotations
@@ -518,3 +521,102 @@ def test_without_javascript_the_compare_page_shows_all_five(browser, base_url):
     assert page.locator(".rosetta-view").count() == 0
     page.close()
     assert not problems, problems
+
+
+# --- pages of tables -----------------------------------------------------------------------------
+
+CHOOSING, PERFORMANCE = "choosing/index.html", "performance/index.html"
+DECISION = "the-decision"  # the id of the choosing page's h2 whose table opens the page
+SCREEN = 900  # the window's height: the decision table must begin within the first screenful
+TALLEST = 8000  # px: the choosing page whole, at 1440 px wide
+
+# The text column, the page's height and every table in the column: its top from the top of the
+# page, its width and scroll width, the h2 it stands under, and how far each box around it (the
+# table itself, Material's .md-typeset__table and .md-typeset__scrollwrap) scrolls sideways.
+TABLES = r"""() => {
+  const column = document.querySelector('.md-content__inner');
+  const h2s = [...column.querySelectorAll('h2')];
+  const after = (a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING;
+  return {
+    column: column.clientWidth,
+    height: document.documentElement.scrollHeight,
+    pageOverflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+    h2: h2s.map(h => h.id),
+    tables: [...column.querySelectorAll('table')].map(t => {
+      const r = t.getBoundingClientRect();
+      const under = h2s.filter(h => after(h, t)).pop();
+      const boxes = [t, t.closest('.md-typeset__table'), t.closest('.md-typeset__scrollwrap')];
+      return {
+        top: Math.round(r.top + window.scrollY), width: Math.round(r.width),
+        scrollWidth: t.scrollWidth, h2: under ? under.id : null,
+        scrolls: Math.max(...boxes.filter(Boolean).map(b => b.scrollWidth - b.clientWidth)),
+        head: (t.querySelector('tr') || {textContent: ''}).textContent.replace(/\s+/g, ' ').trim()
+          .slice(0, 50),
+      };
+    }),
+  };
+}"""
+
+
+def measure_tables(browser, base_url, name: str) -> dict:
+    """``TABLES`` of a page at 1440 x 900 px, saved with a screenshot of the whole page in
+    ``layout/`` (the page's problems too: it must load cleanly)."""
+    shots = SHOTS / "layout"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    page.goto(base_url + url_path(name), wait_until="load")
+    layout = page.evaluate(TABLES)
+    page.screenshot(path=shots / f"{slug(name)}.png", full_page=True)
+    page.close()
+    layout["problems"] = problems
+    (shots / f"{slug(name)}.json").write_text(json.dumps(layout, indent=2) + "\n")
+    return layout
+
+
+def wide_tables(layout) -> list[str]:
+    """Every table wider than the text column or scrolling sideways, with its measurements."""
+    return [
+        f"table {i} (under #{t['h2']}, top {t['top']} px, '{t['head']}'): "
+        f"{t['scrollWidth']} px wide in a {layout['column']} px column, scrolls {t['scrolls']} px"
+        for i, t in enumerate(layout["tables"])
+        if t["scrollWidth"] > layout["column"] or t["scrolls"] > 0
+    ]
+
+
+@pytest.mark.skipif(CHOOSING not in PAGES, reason="no choosing page in the built site")
+def test_the_choosing_page_opens_on_the_decision_and_fits_the_screen(browser, base_url):
+    """At 1440 x 900 px: the page's first table is the decision's (under the h2 #the-decision) and
+    begins within the first screenful; the page is at most TALLEST px tall; no table is wider than
+    the text column or scrolls sideways (the measurements go to layout/choosing.json)."""
+    layout = measure_tables(browser, base_url, CHOOSING)
+    failures = []
+    if DECISION not in layout["h2"]:
+        failures.append(f"no h2 #{DECISION} (the page's h2s: {layout['h2']})")
+    if not layout["tables"]:
+        failures.append("no table at all")
+    else:
+        first = layout["tables"][0]
+        if first["h2"] != DECISION:
+            failures.append(f"the first table stands under #{first['h2']}, not #{DECISION}")
+        if first["top"] >= SCREEN:
+            failures.append(f"the first table begins {first['top']} px down, not within {SCREEN}")
+    if layout["height"] > TALLEST:
+        failures.append(f"the page is {layout['height']} px tall, more than {TALLEST}")
+    if layout["pageOverflow"] > 0:
+        failures.append(f"the page is {layout['pageOverflow']} px wider than the window")
+    failures += wide_tables(layout)
+    assert not failures, "\n".join(failures)
+    assert not layout["problems"], layout["problems"]
+
+
+@pytest.mark.skipif(PERFORMANCE not in PAGES, reason="no performance page in the built site")
+def test_no_table_on_the_performance_page_scrolls_sideways(browser, base_url):
+    """At 1440 x 900 px every table of the performance page fits its text column (the
+    measurements go to layout/performance.json)."""
+    layout = measure_tables(browser, base_url, PERFORMANCE)
+    failures = wide_tables(layout)
+    assert not failures, f"{len(failures)} of {len(layout['tables'])} tables:\n" + "\n".join(
+        failures
+    )
+    assert not layout["problems"], layout["problems"]

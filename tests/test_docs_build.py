@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html as html_module
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -269,3 +270,112 @@ def test_every_implementation_file_has_every_section():
     for name in hooks.TOUR:
         sections = hooks.sections_of(ROOT / "examples" / "tour" / f"{name}.py")
         assert set(hooks.IMPLEMENTATIONS) <= set(sections), name
+
+
+# --- the generated blocks made from reports and results ------------------------------------------
+
+
+def committed_report() -> dict:
+    return json.loads(hooks.REPORT.read_text(encoding="utf-8"))
+
+
+def write_report(tmp_path, monkeypatch, report: dict) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    monkeypatch.setenv(hooks.REPORT_ENV, str(path))
+
+
+def test_the_conformance_summary_counts_what_the_report_holds(monkeypatch):
+    """Every count in the paragraph is the report's: its checks (test functions), its cases per
+    implementation, its date; 'all five pass' only where nothing failed or was skipped."""
+    monkeypatch.delenv(hooks.REPORT_ENV, raising=False)
+    report = committed_report()
+    checks = {re.sub(r"\[.*\]$", "", c) for cases in report["results"].values() for c in cases}
+    counts = {len(cases) for cases in report["results"].values()}
+    outcomes = {o for cases in report["results"].values() for o in cases.values()}
+    text = hooks.conformance_summary("choosing.md")
+    assert "\n" not in text.strip()  # one paragraph
+    assert f"{len(checks)} checks" in text
+    if len(counts) == 1:
+        assert f"{counts.pop()} cases each" in text
+    assert f"report of {report['created'][:10]}" in text
+    assert (text.startswith("All five implementations pass")) == (
+        outcomes <= {"passed", "not applicable"}
+    )
+    assert "[conformance](conformance.md#the-compliance-matrix)" in text
+    nested = hooks.conformance_summary("topics/jit.md")
+    assert "[conformance](../conformance.md#the-compliance-matrix)" in nested
+
+
+def test_the_conformance_summary_says_who_fails_and_who_skips(tmp_path, monkeypatch):
+    report = committed_report()
+    nnx = report["results"]["flax_nnx"]
+    failing = [c for c in nnx if c.startswith("test_spec.py::test_loss_matches_reference")]
+    for case in failing:
+        nnx[case] = "failed"
+    report["results"]["haiku"]["test_spec.py::test_output_shapes"] = "skipped: earlier layer failed"
+    write_report(tmp_path, monkeypatch, report)
+    text = hooks.conformance_summary("choosing.md")
+    assert not text.startswith("All five")
+    assert f"Flax NNX fails {len(failing)} of its {len(nnx)} cases, in 1 check " in text
+    assert "`spec`: loss matches reference" in text
+    assert "Haiku passes every case that ran but has 1 of its" in text
+    assert "pure JAX, Flax Linen and Equinox pass every check that applies to them" in text
+    assert "report.json` (from `$CVAE_DOCS_CONFORMANCE_REPORT`)" in text
+    matrix = hooks.conformance_matrix()
+    assert f"| `spec`: loss matches reference | ✓ | ✓ | ✗ {len(failing)}/" in matrix
+
+
+def test_the_conformance_blocks_name_the_checks_a_report_lacks(tmp_path, monkeypatch):
+    """A check the suite has and the report does not (one added since the report was written) is
+    named below the matrix and in the summary, with the suite's count of checks."""
+    suite = tmp_path / "conformance"
+    suite.mkdir()
+    for path in hooks.SUITE.glob("test_*.py"):
+        (suite / path.name).write_text(path.read_text(encoding="utf-8"))
+    (suite / "test_new.py").write_text("def test_a_new_thing():\n    pass\n")
+    monkeypatch.setattr(hooks, "SUITE", suite)
+    monkeypatch.delenv(hooks.REPORT_ENV, raising=False)
+    total = len(hooks.suite_checks())
+    for text in (hooks.conformance_summary("choosing.md"), hooks.conformance_matrix()):
+        assert f"The suite has {total} checks now; the report lacks" in text
+        assert "`new`: a new thing" in text
+
+
+def test_the_jit_overhead_table_is_made_from_the_results():
+    """One row per idiomatic path, one column per backend at its smallest and largest batch, each
+    cell the row's ratio to its fast path with its interval, as results.load reads it."""
+    results = pytest.importorskip("cvae_rosetta.bench.results")
+    text = hooks.jit_overhead()
+    for name in hooks.BENCH_FILES:
+        result = results.load(hooks.RESULTS / name)
+        assert f"`{name}` ({results.provenance(result)})" in text
+        backend = result["environment"]["backend"].upper()
+        size = sorted(result["batches"], key=int)[-1]
+        assert f"{backend}, batch {size}" in text
+        for row in result["batches"][size]["paths"]:
+            if row["path"] not in (results.FAST, results.SAME_AS_FAST):
+                e = row["vs_fast"]["step"]
+                assert f"{e['ratio']:.2f}x ({e['low']:.2f}–{e['high']:.2f})" in text, row["path"]
+
+
+def test_the_jit_overhead_table_refuses_a_row_without_its_ratio(tmp_path, monkeypatch):
+    """A result whose idiomatic row has no ratio to its fast path fails the build, naming it."""
+    results = pytest.importorskip("cvae_rosetta.bench.results")
+    read = {
+        "environment": {"backend": "cpu"},
+        "batches": {"1": {"paths": [{"impl": "flax_nnx", "path": "nnx.jit in place"}]}},
+    }
+    (tmp_path / "bench_cpu.json").write_text("{}")
+    monkeypatch.setattr(hooks, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "load", lambda path: read)
+    with pytest.raises(hooks.DocsError, match=r"flax_nnx:nnx.jit in place has no vs_fast"):
+        hooks.jit_overhead()
+
+
+def test_an_unknown_generated_block_fails_the_build_naming_the_known_ones(tmp_path):
+    """The performance page's tables are no longer copied into another page."""
+    result = build(tmp_path, "# Page\n\n<!-- generated: performance-tables -->\n")
+    assert result.returncode != 0
+    assert "unknown generated block 'performance-tables'" in result.stderr
+    assert "conformance-summary" in result.stderr and "jit-overhead" in result.stderr

@@ -86,7 +86,7 @@ def render(reference: SuiteRun, runs: dict[str, SuiteRun | None]) -> tuple[str, 
         "that failed. The checks of `test_meta_gaps` were added because the rest of the suite let",
         "a bug through; the last column says whether the rest catches it.",
         "",
-        f"Reference run (`{reference.target}`): {len(reference.checks)} checks, "
+        f"Reference run (`{reference.target}`): {len(reference.checks)} cases, "
         f"{len(reference.passed)} passed, {len(reference.skipped)} skipped, "
         f"{len(reference.failed)} failed.",
         "",

@@ -160,21 +160,23 @@ def _names(flag: str, text: Any, choices: Sequence[str] | None = None) -> tuple[
     return names
 
 
-# The settings a user may give as text (the flags of ``cvae bench``, without the dashes).
-SETTING_FLAGS = (
-    "batch_sizes",
-    "rounds",
-    "steps",
-    "epoch_examples",
-    "unrolls",
-    "devices",
-    "mechanisms",
-    "parallel_batch",
-    "parallel_impls",
-    "impls",
-    "roof_size",
-    "precision_batches",
-)
+# The settings a user may give as text (the flags of ``cvae bench``, without the dashes), each
+# with its parser: ``parse(flag, text) -> value`` or ``setting: expected ..., got ...``.
+PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "batch_sizes": _ints,
+    "rounds": _int,
+    "steps": _int,
+    "epoch_examples": _int,
+    "unrolls": _ints,
+    "devices": _ints,
+    "mechanisms": lambda f, t: _names(f, t, MECHANISMS),
+    "parallel_batch": _int,
+    "parallel_impls": _names,
+    "impls": _names,
+    "roof_size": _int,
+    "precision_batches": lambda f, t: () if t == "none" else _ints(f, t),
+}
+SETTING_FLAGS = tuple(PARSERS)
 
 
 def benchmark(
@@ -201,27 +203,12 @@ def settings_from_flags(
     given), refused with ``setting: expected ..., got ...`` where a value does not parse or does
     not fit the others. ``quick`` starts from :data:`QUICK`; given flags override either."""
     values: dict[str, Any] = dict(QUICK) if quick else {}
-    parsers: dict[str, Callable[[str, Any], Any]] = {
-        "batch_sizes": _ints,
-        "rounds": _int,
-        "steps": _int,
-        "epoch_examples": _int,
-        "unrolls": _ints,
-        "devices": _ints,
-        "mechanisms": lambda f, t: _names(f, t, MECHANISMS),
-        "parallel_batch": _int,
-        "parallel_impls": _names,
-        "impls": _names,
-        "roof_size": _int,
-        "precision_batches": lambda f, t: () if t == "none" else _ints(f, t),
-    }
-    unknown = set(flags) - set(parsers)
+    unknown = set(flags) - set(PARSERS)
     if unknown:
         raise TypeError(f"settings_from_flags: unknown settings {sorted(unknown)}")
-    given = flags
-    for name, text in given.items():
+    for name, text in flags.items():
         if text is not None:
-            values[name] = parsers[name](name, text)
+            values[name] = PARSERS[name](name, text)
     if "unrolls" in values:  # the per-call overhead needs the plain scan
         values["unrolls"] = tuple(dict.fromkeys((1, *values["unrolls"])))
     settings = Settings(quick=quick, model=model or ModelConfig(), **values)
@@ -501,7 +488,7 @@ def _work(settings: Settings, impls: dict[str, Any]) -> int:
     # timed per round: each fast path, its empty step and each idiomatic path
     timed = sum(2 + sum(m is not None for m in paths_of(i).values()) for i in impls.values())
     scans = len(impls) + len([u for u in settings.unrolls if u != 1])
-    per_batch = paths + scans + (timed + scans) + settings.rounds * (timed + scans + 2)
+    per_batch = paths + scans + (timed + scans) + settings.rounds * (timed + scans + 1)
     cases = len(settings.parallel_impls or impls) * (
         1 + len(settings.mechanisms) * len(settings.devices)
     )
@@ -664,10 +651,7 @@ def _measure_batch(
     n = settings.roof_size
     ka, kb = jax.random.split(jax.random.key(4))
     square = (jax.random.normal(ka, (n, n)), jax.random.normal(kb, (n, n)))
-    width = max((*settings.model.encoder_dims, *settings.model.decoder_dims))
-    fan_in = settings.model.input_dim + settings.model.num_classes
-    layer = (jax.random.normal(ka, (b, fan_in)), jax.random.normal(kb, (fan_in, width)))
-    jax.block_until_ready((states, empty_states, scan_states, square, layer))
+    jax.block_until_ready((states, empty_states, scan_states, square))
 
     # 1. every fast path from cold caches, trace, lower and compile apart; keep the executables
     for name, impl in impls.items():
@@ -746,7 +730,6 @@ def _measure_batch(
         bar.tick("warm-up")
     roof_calls = max(3, min(k, 8))
     timed.append(_Timed(("roof",), _roof_timer(*square, roof_calls), None))
-    timed.append(_Timed(("layer roof",), _roof_timer(*layer, k), None))
 
     # 5. the timed rounds
     _interleave(timed, settings.rounds, bar.tick)
@@ -754,8 +737,6 @@ def _measure_batch(
     by_key = {item.key: item for item in timed}
     roof = _spread(by_key[("roof",)].seconds, roof_calls)
     roof_flops = 2.0 * n**3
-    layer_calls = _spread(by_key[("layer roof",)].seconds, k)
-    layer_flops = 2.0 * b * fan_in * width
     for key, row in rows.items():
         row["step_us"] = _spread(by_key[key].seconds, k)
         if row["kind"] == "fast":
@@ -788,12 +769,6 @@ def _measure_batch(
             "call_us": roof,
             "gflops_per_s": roof_flops / roof["median"] / 1e3,
         },
-        "layer_roof": {
-            "shape": [b, fan_in, width],
-            "flops": layer_flops,
-            "call_us": layer_calls,
-            "gflops_per_s": layer_flops / layer_calls["median"] / 1e3,
-        },
         "paths": out_rows,
         "epoch": list(scans.values()),
         "peak_rss_bytes": peak_rss_bytes(),
@@ -804,7 +779,7 @@ def _measure_parallel(
     settings: Settings, impls: dict[str, Any], params, bar: _Progress
 ) -> dict[str, Any]:
     """Every mechanism and device count against the serial step, for the chosen implementations;
-    the same global batch and key every step, as in ``benchmarks/data_parallel.py``."""
+    the same global batch and key every step."""
     import jax
 
     from cvae_rosetta.spec import parallel
@@ -958,9 +933,6 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                     key: (v * flops / roof_flops if key in ("ratio", "low", "high") and v else v)
                     for key, v in share.items()
                 }
-            row["layer_roof_fraction"] = ratio(
-                row["gflops_per_s"], batch["layer_roof"]["gflops_per_s"]
-            )
             row["loop_examples_per_s"] = b / step * 1e6
             same = row["kind"] == "fast" or row.get("same_as_fast")
             row["epoch_examples_per_s"] = scan["examples_per_s"] if scan and same else None

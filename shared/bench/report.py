@@ -40,8 +40,6 @@ GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
 PLOTS = {
     "step_time": "step time per call and device time against pure JAX",
     "overhead": "per-call overhead",
-    "compile": "trace, lower and compile time",
-    "roof": "GFLOP/s against the matmul roof",
     "data_parallel": "data parallelism",
 }
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
@@ -259,34 +257,39 @@ def _grid(result: dict[str, Any], cell, labels: Sequence[str]) -> str:
     return markdown_table(["", *(f"batch {b}" for b, _ in batches)], rows, "l" + "r" * len(batches))
 
 
+def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, extra=None) -> list:
+    """A table of intervals (``get(batch, key)``, one row per ``labels`` item, one column per
+    batch size, ``extra(batch, key)`` added to a cell) and the findings in words under it."""
+    entries = {
+        shown: [(b, get(batch, key)) for b, batch in _batches(result)]
+        for key, shown in labels.items()
+    }
+    by_shown = {shown: key for key, shown in labels.items()}
+
+    def cell(batch, shown):
+        entry = get(batch, by_shown[shown])
+        more = extra(batch, by_shown[shown]) if extra and entry else ""
+        return ratio(entry) + more
+
+    return [_grid(result, cell, list(labels.values())), findings(entries, note), ""]
+
+
 def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
-    impls = [i for i in _impls(result) if i != REFERENCE]
-    batches = _batches(result)
+    labels = {i: LABELS.get(i, i) for i in _impls(result) if i != REFERENCE}
 
     def device(batch, impl):
-        scan = scan_row(batch, impl)
-        return ratio(scan["vs_pure_jax"]["step"]) if scan else "-"
+        return (scan_row(batch, impl) or {}).get("vs_pure_jax", {}).get("step")
 
     def call(batch, impl):
-        return ratio(fast_row(batch, impl)["vs_pure_jax"]["step"])
+        return fast_row(batch, impl)["vs_pure_jax"]["step"]
 
-    label = lambda i: LABELS.get(i, i)
-    scans = {
-        label(i): [
-            (b, (scan_row(bt, i) or {}).get("vs_pure_jax", {}).get("step")) for b, bt in batches
-        ]
-        for i in impls
-    }
-    only_per_call = {
-        label(i): {
+    same_device = {
+        labels[i]: {
             b: "device time within noise: the difference is in calling the step, not in the step"
-            for b, bt in batches
-            if scan_row(bt, i) and not differs(scan_row(bt, i)["vs_pure_jax"]["step"])
+            for b, bt in _batches(result)
+            if device(bt, i) and not differs(device(bt, i))
         }
-        for i in impls
-    }
-    calls = {
-        label(i): [(b, fast_row(bt, i)["vs_pure_jax"]["step"]) for b, bt in batches] for i in impls
+        for i in labels
     }
     return [
         f"{h} Fast paths against pure JAX",
@@ -295,63 +298,43 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
         "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
         "does to the compiled step.",
         "",
-        _grid(result, lambda bt, lab: device(bt, _key(lab)), [label(i) for i in impls]),
-        findings(scans),
-        "",
+        *_compared(result, device, labels),
         "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
         "Python loop over K device-resident batches. This adds each call's dispatch, which "
         "decides the small batches.",
         "",
-        _grid(result, lambda bt, lab: call(bt, _key(lab)), [label(i) for i in impls]),
-        findings(calls, note=only_per_call),
-        "",
+        *_compared(result, call, labels, note=same_device),
         *_image(images, "step_time"),
     ]
 
 
-def _key(label: str) -> str:
-    return next((k for k, v in LABELS.items() if v == label), label)
-
-
 def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
-    wrappers = _wrappers(result)
-    if not wrappers:
+    rows = {r["label"]: r for _, batch in _batches(result) for r in batch["paths"]}
+    labels = {w: path_label(rows[w]) for w in _wrappers(result)}
+    if not labels:
         return []
 
-    def cell(batch, label):
-        row = _row(batch, label)
-        if row is None:
-            return "-"
-        return f"{ratio(row['vs_fast']['step'])}, {row['vs_fast']['extra_us']:+,.0f} µs"
+    def get(batch, label):
+        return (_row(batch, label) or {}).get("vs_fast", {}).get("step")
 
-    shown = {
-        w: path_label(_row(_batches(result)[0][1], w) or {"impl": w, "path": w}) for w in wrappers
-    }
-    entries = {
-        shown[w]: [
-            (b, (_row(bt, w) or {}).get("vs_fast", {}).get("step")) for b, bt in _batches(result)
-        ]
-        for w in wrappers
-    }
+    def extra(batch, label):
+        return f", {_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
+
     return [
         f"{h} The frameworks' own jit wrappers",
         "",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
         "same implementation's fast path, with the extra time per call (median against median).",
         "",
-        _grid(result, lambda bt, lab: cell(bt, _wrapper_of(shown, lab)), list(shown.values())),
-        findings(entries),
-        "",
+        *_compared(result, get, labels, extra=extra),
     ]
-
-
-def _wrapper_of(shown: dict[str, str], label: str) -> str:
-    return next(k for k, v in shown.items() if v == label)
 
 
 def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
     def cell(batch, label):
-        empty = fast_row(batch, _key(label)).get("empty_step_us")
+        empty = fast_row(batch, next(k for k, v in LABELS.items() if v == label)).get(
+            "empty_step_us"
+        )
         return (
             f"{_num(empty['median'])} ({_num(empty['min'])}–{_num(empty['max'])})" if empty else "-"
         )
@@ -397,7 +380,6 @@ def _compile(result: dict[str, Any], images: dict[str, str], h: str) -> list[str
         "split by JAX's own compile events.",
         "",
         markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
-        *_image(images, "compile"),
         f"The fast paths' optimized HLO at batch {_batches(result)[0][0]}: MFLOP per step "
         "(`cost_analysis`), fusions, copies and transposes.",
         "",
@@ -440,7 +422,6 @@ def _roof(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
         markdown_table(
             ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"], rows, "rrll"
         ),
-        *_image(images, "roof"),
     ]
 
 
@@ -681,8 +662,6 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
     drawers = {
         "step_time": _plot_step_time,
         "overhead": _plot_overhead,
-        "compile": _plot_compile,
-        "roof": _plot_roof,
         "data_parallel": _plot_parallel,
     }
     for name, draw in drawers.items():
@@ -745,49 +724,6 @@ def _plot_overhead(figure, result):
             )
     axis.set(xscale="log", xlabel="batch size", ylabel="µs per call", title="an empty step's call")
     axis.set_ylim(bottom=0)
-    axis.legend(fontsize=9)
-
-
-def _plot_compile(figure, result):
-    b, batch = _batches(result)[-1]
-    rows = [r for r in batch["paths"] if not r.get("same_as_fast")]
-    axis = figure.subplots()
-    labels = [path_label(r).replace("`", "") for r in rows]
-    left = [0.0] * len(rows)
-    for field, colour in (("trace_s", "C0"), ("lower_s", "C1"), ("compile_s", "C2")):
-        values = [r.get(field) or 0.0 for r in rows]
-        axis.barh(labels, values, left=left, color=colour, label=field[:-2])
-        left = [x + y for x, y in zip(left, values, strict=True)]
-    axis.invert_yaxis()
-    axis.set(xlabel="seconds", title=f"trace, lower and compile at batch {b}")
-    axis.legend(fontsize=9)
-
-
-def _plot_roof(figure, result):
-    axis = figure.subplots()
-    batches = _batches(result)
-    xs = [b for b, _ in batches]
-    axis.plot(xs, [bt["roof"]["gflops_per_s"] for _, bt in batches], color="black", label="roof")
-    for i, impl in enumerate(_impls(result)):
-        axis.plot(
-            xs,
-            [fast_row(bt, impl)["gflops_per_s"] for _, bt in batches],
-            label=LABELS.get(impl, impl),
-            **_style(i),
-        )
-        scans = [(b, scan_row(bt, impl)) for b, bt in batches]
-        axis.plot(
-            [b for b, s in scans if s],
-            [s["gflops_per_s"] for _, s in scans if s],
-            **_style(i, True),
-        )
-    axis.set(
-        xscale="log",
-        yscale="log",
-        xlabel="batch size",
-        ylabel="GFLOP/s",
-        title="per call (solid), device time (dashed), roof (black)",
-    )
     axis.legend(fontsize=9)
 
 

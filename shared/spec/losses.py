@@ -26,7 +26,7 @@ def bernoulli_recon(logits: jax.Array, x: jax.Array) -> jax.Array:
 
     ``optax.sigmoid_binary_cross_entropy(l, x)`` summed over pixels, written as the same function
     ``softplus(l) - l * x``: one softplus per pixel where optax's form takes two log-sigmoids,
-    which is most of the step's elementwise work at large batches (``benchmarks/roof_gap.py``).
+    which is most of the step's elementwise work at large batches (a profile of the CPU step).
     The two agree to float32 rounding; the gradient is ``sigmoid(l) - x`` either way.
     """
     logits = logits.astype(jnp.float32)
