@@ -225,6 +225,9 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"{model['compute_dtype']}, synthetic data, the same canonical parameters everywhere.",
         "",
     ]
+    outside = _outside_requirement(v.get("jax"))
+    if outside:
+        lines += [f"**jax {v['jax']} lies outside the project's `{outside}`**.", ""]
     if result.get("schema_read"):
         lines += [
             f"Measured with the harness of schema `{result['schema_read']}`; every ratio and "
@@ -240,6 +243,25 @@ def _conditions(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _outside_requirement(version: str | None) -> str | None:
+    """The project's own ``jax`` requirement where ``version`` does not meet it, else None."""
+    import importlib.metadata
+
+    def parts(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+    try:
+        need = next(r for r in importlib.metadata.requires("cvae-rosetta") or () if r[:4] == "jax<")
+    except (importlib.metadata.PackageNotFoundError, StopIteration):
+        return None
+    have = parts(version or "")
+    for bound in need[3:].split(","):
+        op, value = ("<", bound[1:]) if bound[0] == "<" else (">=", bound[2:])
+        if have and (have >= parts(value) if op == "<" else have < parts(value)):
+            return need
+    return None
+
+
 def _confidence(result: dict[str, Any]) -> float | None:
     for _, batch in _batches(result):
         entry = fast_row(batch, REFERENCE)["vs_pure_jax"]["step"]
@@ -251,9 +273,11 @@ def _image(images: dict[str, str], name: str) -> list[str]:
     return [f"![{PLOTS[name]}]({images[name]})", ""] if name in images else []
 
 
-def _grid(result: dict[str, Any], cell, labels: Sequence[str]) -> str:
+def _grid(result: dict[str, Any], cell, labels: dict[str, str]) -> str:
+    """A table of ``cell(batch, key)``: a row per ``labels`` item (key -> shown), a column per
+    batch size."""
     batches = _batches(result)
-    rows = [[label, *(cell(batch, label) for _, batch in batches)] for label in labels]
+    rows = [[shown, *(cell(batch, key) for _, batch in batches)] for key, shown in labels.items()]
     return markdown_table(["", *(f"batch {b}" for b, _ in batches)], rows, "l" + "r" * len(batches))
 
 
@@ -264,14 +288,12 @@ def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, ex
         shown: [(b, get(batch, key)) for b, batch in _batches(result)]
         for key, shown in labels.items()
     }
-    by_shown = {shown: key for key, shown in labels.items()}
 
-    def cell(batch, shown):
-        entry = get(batch, by_shown[shown])
-        more = extra(batch, by_shown[shown]) if extra and entry else ""
-        return ratio(entry) + more
+    def cell(batch, key):
+        entry = get(batch, key)
+        return ratio(entry) + (extra(batch, key) if extra and entry else "")
 
-    return [_grid(result, cell, list(labels.values())), findings(entries, note), ""]
+    return [_grid(result, cell, labels), findings(entries, note), ""]
 
 
 def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
@@ -332,9 +354,7 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
 
 def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
     def cell(batch, label):
-        empty = fast_row(batch, next(k for k, v in LABELS.items() if v == label)).get(
-            "empty_step_us"
-        )
+        empty = fast_row(batch, label).get("empty_step_us")
         return (
             f"{_num(empty['median'])} ({_num(empty['min'])}–{_num(empty['max'])})" if empty else "-"
         )
@@ -346,7 +366,7 @@ def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[st
         "(donated), the batch and the key and hands back the state and zero metrics, computing "
         "nothing (median, fastest–slowest round).",
         "",
-        _grid(result, cell, [LABELS.get(i, i) for i in _impls(result)]),
+        _grid(result, cell, {i: LABELS.get(i, i) for i in _impls(result)}),
         *_image(images, "overhead"),
     ]
 
