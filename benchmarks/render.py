@@ -5,7 +5,7 @@
 ``docs/performance.md`` (one section per machine: ``bench_cpu.json``, and ``bench_gpu.json`` where a
 GPU run is committed) with its plots, and the decision table of ``docs/choosing.md``, by
 :func:`cvae_rosetta.bench.report.render_docs`; then the studies' tables (the suite's cost, the
-fault report, the latent-size trade-off), each by its own script's ``render``. Every page is
+fault report, the latent-size trade-off), each by its own script's ``--render``. Every page is
 generated from the files, never edited by hand; ``tests/test_bench.py`` checks that rendering the
 committed files gives the committed pages.
 """
@@ -20,7 +20,7 @@ import fault_report
 import latent_tradeoff
 import suite_cost
 
-from cvae_rosetta.bench import report, results
+from cvae_rosetta.bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = (("bench_cpu.json", "bench_"), ("bench_gpu.json", "bench_gpu_"))
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     written = report.render_docs([s for s in sources if s[0].is_file()], args.docs)
     for name, study in STUDIES:
         if (args.results / name).is_file():
-            study.render(results.load(args.results / name))
+            study.main(["--render", "--out", str(args.results / name)])
     print("wrote", " ".join(str(p) for p in written))
     return 0
 

@@ -401,19 +401,31 @@ class _Timed:
     seconds: list[float] = dataclasses.field(default_factory=list)
 
 
-def _loop(step: Callable, batches: Sequence[Any], keys: Sequence[Any]) -> Callable:
+def _timer(call: Callable[[Any], tuple[Any, Any]]) -> Callable:
+    """``run(state) -> (seconds, state)``: ``call(state) -> (state, outputs)`` timed from a
+    settled state to its settled outputs."""
     import jax
 
     def run(state):
         jax.block_until_ready(state)
         start = time.perf_counter()
-        metrics = None
-        for batch, key in zip(batches, keys, strict=True):
-            state, metrics = step(state, batch, key)
-        jax.block_until_ready((state, metrics))
+        state, outputs = call(state)
+        jax.block_until_ready((state, outputs))
         return time.perf_counter() - start, state
 
     return run
+
+
+def _loop(step: Callable, batches: Sequence[Any], keys: Sequence[Any]) -> Callable:
+    """A :func:`_timer` of ``step`` called once per batch from a Python loop."""
+
+    def call(state):
+        metrics = None
+        for batch, key in zip(batches, keys, strict=True):
+            state, metrics = step(state, batch, key)
+        return state, metrics
+
+    return _timer(call)
 
 
 def _interleave(timed: Sequence[_Timed], rounds: int, tick: Callable[[str], None]) -> None:
@@ -441,21 +453,6 @@ def epoch_program(impl: Any, unroll: int) -> Any:
         return jax.lax.scan(body, state, (xs, cs, keys), unroll=unroll)
 
     return jax.jit(epoch, donate_argnums=0)
-
-
-def epoch_timer(program: Any, xs: Any, cs: Any, keys: Any, per: int = 1) -> Callable:
-    """``run(state) -> (seconds / per, state)``: one call of an :func:`epoch_program`, timed from
-    a settled state to its settled outputs."""
-    import jax
-
-    def run(state):
-        jax.block_until_ready(state)
-        start = time.perf_counter()
-        state, metrics = program(state, xs, cs, keys)
-        jax.block_until_ready((state, metrics))
-        return (time.perf_counter() - start) / per, state
-
-    return run
 
 
 def paths_of(impl: Any) -> dict[str, Callable | None]:
@@ -608,14 +605,7 @@ def _roof_timer(a: Any, b: Any, calls: int) -> Callable:
 
     matmul = jax.jit(lambda a, b: a @ b)
     jax.block_until_ready(matmul(a, b))
-
-    def run(state):
-        start = time.perf_counter()
-        for _ in range(calls):
-            jax.block_until_ready(matmul(a, b))
-        return time.perf_counter() - start, state
-
-    return run
+    return _timer(lambda state: (state, [matmul(a, b) for _ in range(calls)]))
 
 
 def _measure_batch(
@@ -692,7 +682,7 @@ def _measure_batch(
                 **times,
                 "memory": _memory(compiled),
             }
-            call = epoch_timer(compiled, xs, cs, keys)
+            call = _timer(lambda state, c=compiled: c(state, xs, cs, keys))
             timed.append(_Timed(("scan", name, unroll), call, state))
             bar.tick(f"compile scan {name} unroll {unroll}")
 
@@ -901,7 +891,7 @@ def _rounds(entry: dict[str, Any]) -> list[float]:
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """Add every derived figure (overhead, GFLOP/s, fraction of the roof, throughput, ratios to
-    pure JAX and to the fast path with their intervals over paired rounds, the goals) from the
+    pure JAX and to the fast path with their intervals over paired rounds) from the
     measured ones, in place. Idempotent: it reads measured figures only."""
     for batch in result["batches"].values():
         b, k = batch["batch_size"], batch["steps_per_round"]
@@ -953,6 +943,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             scan["vs_pure_jax"]["step"] = interval(
                 _rounds(scan["call_us"]), _rounds(ref["call_us"])
             )
+            plain = scan_row(batch, scan["impl"])
+            scan["vs_unroll_1"] = interval(_rounds(scan["call_us"]), _rounds(plain["call_us"]))
     parallel = result.get("data_parallel")
     if parallel:
         rows = parallel["rows"]
@@ -975,72 +967,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         for row in part["rows"]:
             f32 = cell[(row["impl"], "float32")]
             row["vs_float32"] = interval(_rounds(row["step_us"]), _rounds(f32["step_us"]))
-    result["goals"] = goals(result)
     return result
-
-
-def goals(result: dict[str, Any]) -> dict[str, Any]:
-    """What the benchmark is meant to show, read off its own figures (met or not)."""
-    fast = [
-        (int(b), row)
-        for b, batch in result["batches"].items()
-        for row in batch["paths"]
-        if row["kind"] == "fast"
-    ]
-    others = [(b, r) for b, r in fast if r["impl"] != REFERENCE]
-    ratio_of = lambda r: r["vs_pure_jax"]["step_us.median"]
-    # measurably slower: the lower end of the interval (the ratio where there is none)
-    low = lambda r: r["vs_pure_jax"]["step"].get("low") or r["vs_pure_jax"]["step"]["ratio"]
-    worst = max(others, key=lambda br: low(br[1]), default=None)
-    # the per-call overhead is the empty step's time (what a call with this state costs); the
-    # scan-based difference, noisy and at large batches not only dispatch, is reported beside it
-    empties = [(b, r) for b, r in fast if r.get("empty_step_us")]
-    most = max(empties, key=lambda br: br[1]["empty_step_us"]["median"], default=None)
-    out: dict[str, Any] = {
-        "fast_within_ratio": {
-            "threshold": 1.03,
-            "worst": None
-            if worst is None
-            else {
-                "label": worst[1]["label"],
-                "batch": worst[0],
-                "ratio": ratio_of(worst[1]),
-                "interval": worst[1]["vs_pure_jax"].get("step"),
-            },
-            "met": None if worst is None else low(worst[1]) <= 1.03,
-        },
-        "fast_overhead_us": {
-            "threshold": 30.0,
-            "measure": "empty step over the same state",
-            "worst": None
-            if most is None
-            else {
-                "label": most[1]["label"],
-                "batch": most[0],
-                "us": most[1]["empty_step_us"]["median"],
-                "noise_us": 0.5
-                * (most[1]["empty_step_us"]["max"] - most[1]["empty_step_us"]["min"]),
-            },
-            "met": None if most is None else most[1]["empty_step_us"]["median"] <= 30.0,
-        },
-    }
-    if result["batches"]:
-        b = max(result["batches"], key=int)
-        batch = result["batches"][b]
-        candidates = [(r["label"], r["roof_fraction"]) for r in batch["paths"]] + [
-            (f"{s['impl']} epoch as one call (unroll {s['unroll']})", s["roof_fraction"])
-            for s in batch["epoch"]
-        ]
-        candidates = [c for c in candidates if c[1] is not None]
-        best = max(candidates, key=lambda c: c[1], default=None)
-        out["roof_fraction"] = {
-            "threshold": 0.75,
-            "batch": int(b),
-            "roof_gflops_per_s": batch["roof"]["gflops_per_s"],
-            "best": None if best is None else {"label": best[0], "fraction": best[1]},
-            "met": None if best is None else best[1] >= 0.75,
-        }
-    return out
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -1067,5 +994,5 @@ def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list
 
 
 def describe(result: dict[str, Any]) -> str:
-    """A few lines for the terminal: the goals and where the figures are."""
+    """A few lines for the terminal: each path's step time and ratio to pure JAX."""
     return bench_report.terminal_summary(result)

@@ -36,11 +36,8 @@ LABELS = {
     "haiku": "Haiku",
     "equinox": "Equinox",
 }
-GOALS = ("fast_within_ratio", "fast_overhead_us", "roof_fraction")
 PLOTS = {
     "step_time": "step time per call and device time against pure JAX",
-    "overhead": "per-call overhead",
-    "data_parallel": "data parallelism",
 }
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
 # The choosing page's decision table: the need, the style, the path whose cost matters for that
@@ -200,7 +197,6 @@ def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> l
         *_roof(result, images, h),
         *_precision(result, h),
         *_parallel(result, images, h),
-        *_goals(result, h),
     ]
 
 
@@ -321,12 +317,29 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
         "does to the compiled step.",
         "",
         *_compared(result, device, labels),
+        *_unrolls(result),
         "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
         "Python loop over K device-resident batches. This adds each call's dispatch, which "
         "decides the small batches.",
         "",
         *_compared(result, call, labels, note=same_device),
         *_image(images, "step_time"),
+    ]
+
+
+def _unrolls(result: dict[str, Any]) -> list[str]:
+    unrolls = {s["unroll"] for _, bt in _batches(result) for s in bt["epoch"] if s["unroll"] > 1}
+    if not unrolls:
+        return []
+
+    def get(batch, unroll):
+        return (scan_row(batch, REFERENCE, unroll) or {}).get("vs_unroll_1")
+
+    labels = {u: f"unroll {u}" for u in sorted(unrolls)}
+    return [
+        "Pure JAX's scan with `lax.scan(..., unroll=u)`, per step, against `unroll=1`:",
+        "",
+        *_compared(result, get, labels),
     ]
 
 
@@ -367,7 +380,6 @@ def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[st
         "nothing (median, fastest–slowest round).",
         "",
         _grid(result, cell, {i: LABELS.get(i, i) for i in _impls(result)}),
-        *_image(images, "overhead"),
     ]
 
 
@@ -500,68 +512,25 @@ def _parallel(result: dict[str, Any], images: dict[str, str], h: str) -> list[st
         markdown_table(
             ["mechanism", *(LABELS.get(i, i) for i in impls)], rows, "l" + "r" * len(impls)
         ),
-        *_image(images, "data_parallel"),
     ]
-
-
-def _goals(result: dict[str, Any], h: str) -> list[str]:
-    goals = result.get("goals", {})
-    rows = []
-    within, overhead, roof = (goals.get(k) for k in GOALS)
-    if within and within.get("worst"):
-        w = within["worst"]
-        rows.append(
-            [
-                f"no fast path measurably more than {_pct(within['threshold'] - 1)} slower "
-                "than pure JAX per call (the interval's lower end)",
-                f"worst: {LABELS.get(w['label'], w['label'])} at batch {w['batch']}, "
-                f"{ratio(w.get('interval')) if w.get('interval') else _num(w['ratio'], 3)}",
-                _met(within["met"]),
-            ]
-        )
-    if overhead and overhead.get("worst"):
-        w = overhead["worst"]
-        rows.append(
-            [
-                f"an empty step's call at most {overhead['threshold']:.0f} µs",
-                f"largest: {LABELS.get(w['label'], w['label'])} at batch {w['batch']}, "
-                f"{_num(w['us'])} µs",
-                _met(overhead["met"]),
-            ]
-        )
-    if roof and roof.get("best"):
-        rows.append(
-            [
-                f"the fastest path at batch {roof['batch']} at {_pct(roof['threshold'])} "
-                "of the roof",
-                f"{roof['best']['label']}: {_pct(roof['best']['fraction'])}",
-                _met(roof["met"]),
-            ]
-        )
-    return [f"{h} Goals", "", markdown_table(["goal", "measured", "met"], rows), ""] if rows else []
-
-
-def _met(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "**no**")
 
 
 # --- pages ----------------------------------------------------------------------------------------
 
 
+HOW_TO_READ = (
+    "How to read it: every ratio has its interval in brackets; **≈** marks a ratio whose interval "
+    "holds 1.0: within noise, no difference measured, nothing ranked. *Device time* (the step "
+    "inside one `lax.scan`) and *per call* (a Python loop of jitted calls) are reported apart: the "
+    "first is what a framework does to the compiled step, the second adds what calling it from "
+    "Python costs."
+)
+
+
 def page(result: dict[str, Any], images: dict[str, str], *, source: str) -> str:
     """``bench.md``: one result's page."""
-    return (
-        "\n".join(
-            [
-                f"# Benchmark: {backend_name(result)}",
-                "",
-                f"Every figure is read from `{source}` ({provenance(result)}).",
-                "",
-                *section(result, images),
-            ]
-        ).rstrip()
-        + "\n"
-    )
+    head = [f"# Benchmark: {backend_name(result)}", "", f"From `{source}`.", "", HOW_TO_READ, ""]
+    return "\n".join([*head, *section(result, images)]).rstrip() + "\n"
 
 
 def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]) -> str:
@@ -571,24 +540,15 @@ def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]
         "",
         "Generated by `python benchmarks/render.py` from the result files in "
         "`benchmarks/results/`; each section below is one file, measured on one machine on one "
-        "day, and says which. Figures of different machines are never put in one column.",
+        "day, and says which. Figures of different machines are never put in one column. "
+        "Measure your own machine with `cvae bench --out DIR` (`--quick`: about a minute).",
         "",
-        "How to read it: every ratio has its interval in brackets; **≈** marks a ratio whose "
-        "interval holds 1.0: within noise, no difference measured, nothing ranked. *Device time* "
-        "(the step inside one `lax.scan`) and *per call* (a Python loop of jitted calls) are "
-        "reported apart: the first is what a framework does to the compiled step, the second "
-        "adds what calling it from Python costs. Measure your own machine with "
-        "`cvae bench --out DIR` (`--quick`: about a minute).",
+        HOW_TO_READ,
         "",
     ]
     for source, result, images in parts:
-        lines += [
-            f"## On the {backend_name(result)}: {provenance(result)}",
-            "",
-            f"From `{source}`.",
-            "",
-            *section(result, images, level=3),
-        ]
+        lines += [f"## On the {backend_name(result)}: {provenance(result)}", ""]
+        lines += [f"From `{source}`.", "", *section(result, images, level=3)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -654,10 +614,6 @@ def terminal_summary(result: dict[str, Any]) -> str:
             if not r.get("same_as_fast")
         ]
         lines.append(f"batch {b}: " + ", ".join(cells))
-    table = _goals(result, "#")[2] if _goals(result, "#") else ""
-    for row in table.splitlines()[2:]:
-        goal, measured, met = (c.strip() for c in row.strip("|").split(" | "))
-        lines.append(f"  {goal}: {met.strip('*')} ({measured})")
     if loaded(result):
         lines.append("  note: the machine was loaded while measuring")
     return "\n".join(lines)
@@ -681,8 +637,6 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
         return written
     drawers = {
         "step_time": _plot_step_time,
-        "overhead": _plot_overhead,
-        "data_parallel": _plot_parallel,
     }
     for name, draw in drawers.items():
         figure = Figure(figsize=(9, 4), dpi=110, layout="constrained")
@@ -722,55 +676,6 @@ def _plot_step_time(figure, result):
         axis.set(xscale="log", xlabel="batch size", title=title)
     device.set(ylabel="ratio to pure JAX, with interval")
     device.legend(fontsize=9)
-
-
-def _plot_overhead(figure, result):
-    axis = figure.subplots()
-    batches = _batches(result)
-    for i, impl in enumerate(_impls(result)):
-        pts = [(b, fast_row(bt, impl).get("empty_step_us")) for b, bt in batches]
-        pts = [(b, e) for b, e in pts if e]
-        if pts:
-            axis.errorbar(
-                [b for b, _ in pts],
-                [e["median"] for _, e in pts],
-                yerr=[
-                    [e["median"] - e["min"] for _, e in pts],
-                    [e["max"] - e["median"] for _, e in pts],
-                ],
-                label=LABELS.get(impl, impl),
-                capsize=3,
-                **_style(i),
-            )
-    axis.set(xscale="log", xlabel="batch size", ylabel="µs per call", title="an empty step's call")
-    axis.set_ylim(bottom=0)
-    axis.legend(fontsize=9)
-
-
-def _plot_parallel(figure, result):
-    data = result.get("data_parallel")
-    mechanisms = list(
-        dict.fromkeys(
-            r["mechanism"] for r in (data or {}).get("rows", []) if r["mechanism"] != "none"
-        )
-    )
-    if not mechanisms:
-        return False
-    axes = figure.subplots(1, len(mechanisms), sharey=True, squeeze=False)[0]
-    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
-    for axis, mechanism in zip(axes, mechanisms, strict=True):
-        for i, impl in enumerate(impls):
-            pts = sorted(
-                (r["devices"], r["vs_serial"])
-                for r in data["rows"]
-                if r["impl"] == impl and r["mechanism"] == mechanism and r.get("vs_serial")
-            )
-            if pts:
-                _errorbar(axis, [n for n, _ in pts], [e for _, e in pts], i, LABELS.get(impl, impl))
-        axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-        axis.set(xlabel="devices", title=mechanism)
-    axes[0].set(ylabel="step time / serial step time")
-    axes[0].legend(fontsize=9)
 
 
 # --- writing into pages ---------------------------------------------------------------------------

@@ -183,11 +183,12 @@ def envelope(kind: str, command: Sequence[str] | None = None, **environ: Any) ->
 def provenance(result: dict[str, Any]) -> str:
     """One line that tells one result file from another: device, date, JAX version."""
     env = result.get("environment") or {}
-    device = env.get("device_kind") or env.get("cpu_model") or "?"
-    if env.get("backend") == "cpu" or device == "cpu":
-        device = f"{env.get('cpu_model', 'CPU')}, {env.get('usable_cores', '?')} cores"
-    jax = (env.get("versions") or {}).get("jax", "?")
-    return f"{device}, {str(result.get('started', '?'))[:10]}, jax {jax}"
+    if env.get("backend") in (None, "cpu"):
+        device = f"{env.get('cpu_model') or 'CPU'}, {env.get('usable_cores') or '?'} cores"
+    else:
+        device = env.get("device_kind") or env["backend"]
+    when = str(result.get("started") or "date not recorded")[:10]
+    return f"{device}, {when}, jax {(env.get('versions') or {}).get('jax') or '?'}"
 
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
