@@ -1,5 +1,6 @@
 """benchmarks/latent_tradeoff.py in a smoke configuration: the bundled digits, 1 epoch, two latent
-sizes; the result file's schema and the render step's table between the page's markers."""
+sizes; the result file's schema (read back by ``results.load``) and the render step's table between
+the page's markers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from cvae_rosetta.bench import results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,10 +44,11 @@ def test_smoke_measurement_and_render(script, tmp_path):
     argv += ["--samples-dir", str(tmp_path), "--doc", str(page)]
     assert script.main(argv) == 0
 
-    result = json.loads(out.read_text())
-    assert result["schema"] == script.SCHEMA
-    assert result["command"].startswith("python benchmarks/latent_tradeoff.py --out")
-    assert {"jax", "jaxlib", "numpy", "scikit-learn"} <= set(result["versions"])
+    result = results.load(out)
+    assert (result["schema"], result["kind"]) == (results.SCHEMA, "latent_tradeoff")
+    assert result["command"] == ["python", "benchmarks/latent_tradeoff.py", *argv]
+    assert result["started"] and result["environment"]["cpu_count"]
+    assert {"jax", "jaxlib", "numpy", "scikit-learn"} <= set(result["environment"]["versions"])
     assert result["impl"] == "pure_jax" and result["iw_samples"] == 2
     (entry,) = result["sets"]
     assert entry["data"] == "digits" and entry["epochs"] == 1 and entry["subset"] is None
@@ -74,16 +78,22 @@ def test_smoke_measurement_and_render(script, tmp_path):
 
     # --merge appends another measurement's sets, each keeping its command
     other = json.loads(out.read_text())
-    other["command"] = "python benchmarks/latent_tradeoff.py --set digits:2"
+    other["command"] = ["python", "benchmarks/latent_tradeoff.py", "--set", "digits:2"]
     del other["sets"][0]["command"]
     other["sets"][0]["epochs"] = 2
     (tmp_path / "other.json").write_text(json.dumps(other))
     merged = script.merge(out, [tmp_path / "other.json"])
     assert [e["epochs"] for e in merged["sets"]] == [1, 2]
-    assert merged["sets"][1]["command"] == other["command"]
+    assert merged["sets"][1]["command"] == "python benchmarks/latent_tradeoff.py --set digits:2"
     assert json.loads(out.read_text()) == merged
-    assert f"and `{other['command']}`" in script.table(merged)
+    assert f"and `{merged['sets'][1]['command']}`" in script.table(merged)
     other["seed"] = 1
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="seed"):
         script.merge(out, [tmp_path / "other.json"])
+
+
+def test_the_committed_result_is_what_the_page_shows(script):
+    result = results.load(ROOT / "benchmarks" / "results" / "latent_tradeoff_cpu.json")
+    doc = (ROOT / "docs" / "evaluation.md").read_text()
+    assert f"{script.BEGIN}\n{script.table(result)}\n{script.END}" in doc

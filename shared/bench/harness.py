@@ -42,11 +42,9 @@ from cvae_rosetta.bench.results import (
     RESULT_FILE,
     SAME_AS_FAST,
     envelope,
-    fast_row,
-    interval,
     load_average,
     peak_rss_bytes,
-    scan_row,
+    summarize,
 )
 from cvae_rosetta.spec.config import DATA_PARALLEL, ModelConfig
 from cvae_rosetta.spec.errors import ConfigError, field_error
@@ -54,24 +52,6 @@ from cvae_rosetta.spec.errors import ConfigError, field_error
 BATCH_SIZES = (1, 8, 64, 256, 1024)
 MECHANISMS = tuple(m for m in DATA_PARALLEL if m != "none")
 MIN_STEPS = 8  # steps of a timed round, whatever the batch size
-# The figures of a path row that get a ratio to pure JAX (dotted: nested fields).
-RATIO_FIELDS = (
-    "step_us.median",
-    "scan_step_us",
-    "overhead_us",
-    "empty_step_us.median",
-    "trace_s",
-    "lower_s",
-    "compile_s",
-    "first_call_s",
-    "flops",
-    "gflops_per_s",
-    "roof_fraction",
-    "memory.temp_size_in_bytes",
-    "memory.argument_size_in_bytes",
-    "loop_examples_per_s",
-    "epoch_examples_per_s",
-)
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -331,11 +311,7 @@ def _cost(compiled: Any) -> dict[str, float | None]:
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
     cost = cost or {}
-    return {
-        "flops": cost.get("flops"),
-        "transcendentals": cost.get("transcendentals"),
-        "bytes_accessed": cost.get("bytes accessed"),
-    }
+    return {"flops": cost.get("flops"), "bytes_accessed": cost.get("bytes accessed")}
 
 
 def _memory(compiled: Any) -> dict[str, int]:
@@ -466,17 +442,12 @@ class _Progress:
     def __init__(self, total: int, enabled: bool) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(
-            total=total, desc="cvae bench", unit="task", disable=not enabled, dynamic_ncols=True
-        )
+        self.bar = tqdm(total=total, desc="cvae bench", disable=not enabled, dynamic_ncols=True)
         self.stage = ""
 
     def tick(self, what: str = "") -> None:
         self.bar.set_postfix_str(f"{self.stage} {what}".strip(), refresh=False)
         self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _work(settings: Settings, impls: dict[str, Any]) -> int:
@@ -539,7 +510,7 @@ def run(
         others["cores"] = meter.total()
     finally:
         jax.monitoring.unregister_event_duration_listener(events)
-        bar.close()
+        bar.bar.close()
     result["load_average"]["end"] = load_average()
     result["peak_rss_bytes"] = peak_rss_bytes()
     result["duration_s"] = time.time() - started
@@ -864,110 +835,6 @@ def _measure_precision(
 
 
 # --- derived figures ------------------------------------------------------------------------------
-
-
-def _get(row: dict[str, Any], dotted: str) -> Any:
-    value: Any = row
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def ratio(value: Any, base: Any) -> float | None:
-    """``value / base`` where both are numbers and ``base > 0``; ``None`` otherwise."""
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, base))
-    return value / base if ok and base > 0 else None
-
-
-def ratios(row: dict[str, Any], base: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-    return {field: ratio(_get(row, field), _get(base, field)) for field in fields}
-
-
-def _rounds(entry: dict[str, Any]) -> list[float]:
-    return entry["rounds"]
-
-
-def summarize(result: dict[str, Any]) -> dict[str, Any]:
-    """Add every derived figure (overhead, GFLOP/s, fraction of the roof, throughput, ratios to
-    pure JAX and to the fast path with their intervals over paired rounds) from the
-    measured ones, in place. Idempotent: it reads measured figures only."""
-    for batch in result["batches"].values():
-        b, k = batch["batch_size"], batch["steps_per_round"]
-        roof = batch["roof"]["gflops_per_s"]
-        roof_rounds = _rounds(batch["roof"]["call_us"])
-        roof_flops = batch["roof"]["flops"]
-        for scan in batch["epoch"]:
-            scan["step_us"] = scan["call_us"]["median"] / k
-            scan["examples_per_s"] = b * k / scan["call_us"]["median"] * 1e6
-            loop = fast_row(batch, scan["impl"])["step_us"]
-            scan["speedup_vs_loop"] = loop["median"] / scan["step_us"]
-            scan["vs_loop"] = interval([c / k for c in _rounds(scan["call_us"])], _rounds(loop))
-            flops = fast_row(batch, scan["impl"]).get("flops")
-            scan["gflops_per_s"] = flops / scan["step_us"] / 1e3 if flops else None
-            scan["roof_fraction"] = ratio(scan["gflops_per_s"], roof)
-        for row in batch["paths"]:
-            fast = fast_row(batch, row["impl"])
-            scan = scan_row(batch, row["impl"])
-            step = row["step_us"]["median"]
-            row["scan_step_us"] = scan["step_us"] if scan else None
-            row["overhead_us"] = step - scan["step_us"] if scan else None
-            flops = fast.get("flops")  # the same useful work, whichever path does it
-            row["gflops_per_s"] = flops / step / 1e3 if flops else None
-            row["roof_fraction"] = ratio(row["gflops_per_s"], roof)
-            if flops and len(roof_rounds) == len(_rounds(row["step_us"])):
-                # flops / step over roof_flops / roof call, paired by round
-                share = interval(roof_rounds, _rounds(row["step_us"]))
-                row["roof_interval"] = {
-                    key: (v * flops / roof_flops if key in ("ratio", "low", "high") and v else v)
-                    for key, v in share.items()
-                }
-            row["loop_examples_per_s"] = b / step * 1e6
-            same = row["kind"] == "fast" or row.get("same_as_fast")
-            row["epoch_examples_per_s"] = scan["examples_per_s"] if scan and same else None
-            row["vs_fast"] = {
-                "step_us.median": ratio(step, fast["step_us"]["median"]),
-                "extra_us": step - fast["step_us"]["median"],
-                "step": interval(_rounds(row["step_us"]), _rounds(fast["step_us"])),
-            }
-        base = fast_row(batch, REFERENCE)
-        for row in batch["paths"]:
-            row["vs_pure_jax"] = ratios(row, base, RATIO_FIELDS)
-            row["vs_pure_jax"]["step"] = interval(_rounds(row["step_us"]), _rounds(base["step_us"]))
-        for scan in batch["epoch"]:
-            ref = scan_row(batch, REFERENCE, scan["unroll"]) or scan_row(batch, REFERENCE)
-            scan["vs_pure_jax"] = ratios(
-                scan, ref, ("step_us", "compile_s", "examples_per_s", "roof_fraction")
-            )
-            scan["vs_pure_jax"]["step"] = interval(
-                _rounds(scan["call_us"]), _rounds(ref["call_us"])
-            )
-            plain = scan_row(batch, scan["impl"])
-            scan["vs_unroll_1"] = interval(_rounds(scan["call_us"]), _rounds(plain["call_us"]))
-    parallel = result.get("data_parallel")
-    if parallel:
-        rows = parallel["rows"]
-        cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in rows}
-        for row in rows:
-            serial = cell.get((row["impl"], "none", 1))
-            row["ratio_to_serial"] = ratio(
-                row["step_us"]["median"], serial["step_us"]["median"] if serial else None
-            )
-            if serial:
-                row["vs_serial"] = interval(_rounds(row["step_us"]), _rounds(serial["step_us"]))
-            ref = cell.get((REFERENCE, row["mechanism"], row["devices"]))
-            row["vs_pure_jax"] = ratios(row, ref or {}, ("step_us.median", "first_call_s"))
-            if ref:
-                row["vs_pure_jax"]["step"] = interval(
-                    _rounds(row["step_us"]), _rounds(ref["step_us"])
-                )
-    for part in result.get("precision") or ():
-        cell = {(r["impl"], r["dtype"]): r for r in part["rows"]}
-        for row in part["rows"]:
-            f32 = cell[(row["impl"], "float32")]
-            row["vs_float32"] = interval(_rounds(row["step_us"]), _rounds(f32["step_us"]))
-    return result
 
 
 # --- writing --------------------------------------------------------------------------------------

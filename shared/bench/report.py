@@ -193,10 +193,10 @@ def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> l
         *_fast(result, images, h),
         *_wrapper_costs(result, h),
         *_overhead(result, images, h),
-        *_compile(result, images, h),
-        *_roof(result, images, h),
+        *_compile(result, h),
+        *_roof(result, h),
         *_precision(result, h),
-        *_parallel(result, images, h),
+        *_parallel(result, h),
     ]
 
 
@@ -383,7 +383,7 @@ def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[st
     ]
 
 
-def _compile(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+def _compile(result: dict[str, Any], h: str) -> list[str]:
     b, batch = _batches(result)[-1]
     rows = [
         [
@@ -419,41 +419,31 @@ def _compile(result: dict[str, Any], images: dict[str, str], h: str) -> list[str
     ]
 
 
-def _roof(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+def _roof(result: dict[str, Any], h: str) -> list[str]:
     rows = []
     for b, batch in _batches(result):
         fast = [r for r in batch["paths"] if r["path"] == FAST and r.get("roof_interval")]
         best = max(fast, key=lambda r: r["roof_interval"]["ratio"], default=None)
-        scans = [s for s in batch["epoch"] if s.get("roof_fraction")]
-        scan = max(scans, key=lambda s: s["roof_fraction"], default=None)
-        interval = best["roof_interval"] if best else None
+        scan = max(batch["epoch"], key=lambda s: s.get("roof_fraction") or 0, default=None)
+        e = (best or {}).get("roof_interval") or {}
+        span = f" ({_pct(e['low'])}–{_pct(e['high'])})" if e.get("low") else ""
         rows.append(
             [
                 str(b),
                 _num(batch["roof"]["gflops_per_s"]),
-                f"{path_label(best)}: {_pct(interval['ratio'])}"
-                + (
-                    f" ({_pct(interval['low'])}–{_pct(interval['high'])})"
-                    if interval["low"]
-                    else ""
-                )
-                if best
-                else "-",
-                f"{LABELS.get(scan['impl'], scan['impl'])}: {_pct(scan['roof_fraction'])}"
-                if scan
-                else "-",
+                f"{path_label(best)}: {_pct(e['ratio'])}{span}" if best else "-",
+                f"{LABELS.get(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-",
             ]
         )
     n = result["settings"]["roof_size"]
+    header = ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"]
     return [
         f"{h} Against the matmul roof",
         "",
         f"The roof is a jitted float32 {n}x{n} matmul timed in the same rounds; a path's GFLOP/s "
         "count the FLOPs of its fast path's `cost_analysis`.",
         "",
-        markdown_table(
-            ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"], rows, "rrll"
-        ),
+        markdown_table(header, rows, "rrll"),
     ]
 
 
@@ -482,7 +472,7 @@ def _precision(result: dict[str, Any], h: str) -> list[str]:
     ]
 
 
-def _parallel(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+def _parallel(result: dict[str, Any], h: str) -> list[str]:
     data = result.get("data_parallel")
     if not data or not data["rows"]:
         return []

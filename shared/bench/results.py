@@ -5,7 +5,8 @@ cost, the fault report, the latent-size trade-off: each its own ``kind``): every
 the same envelope (:func:`envelope`: schema, kind, command, when, versions and machine), so that a
 page can say where each figure came from and never merge figures of two machines, dates or
 versions silently. :mod:`cvae_rosetta.bench.harness` writes bench results, and
-:mod:`cvae_rosetta.bench.report` renders every kind; both import these names from here.
+:mod:`cvae_rosetta.bench.report` renders every kind; both import these names from here, and
+:func:`summarize` derives every figure a page shows from the measured rounds.
 
 Ratios come with an interval (:func:`interval`) over paired rounds, since every round times every
 path once, interleaved. Where the interval holds 1.0 the difference is noise.
@@ -104,6 +105,74 @@ def differs(entry: dict[str, Any] | None) -> bool:
     return bool(entry) and entry.get("within_noise") is False
 
 
+# --- derived figures ------------------------------------------------------------------------------
+
+
+def ratio(value: Any, base: Any) -> float | None:
+    """``value / base`` where both are numbers and ``base > 0``; ``None`` otherwise."""
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, base))
+    return value / base if ok and base > 0 else None
+
+
+def _paired(entry: dict[str, Any], base: dict[str, Any] | None, per: float = 1.0):
+    """The :func:`interval` of two timed entries' rounds (``entry``'s divided by ``per``)."""
+    if base is None:
+        return None
+    return interval([r / per for r in entry["rounds"]], base["rounds"])
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Add every derived figure (GFLOP/s, fraction of the roof, throughput, ratios to pure JAX, to
+    the fast path, to the serial step and to float32 with their intervals over paired rounds) from
+    the measured ones, in place. Idempotent: it reads measured figures only."""
+    for batch in result["batches"].values():
+        b, k, roof = batch["batch_size"], batch["steps_per_round"], batch["roof"]
+        for scan in batch["epoch"]:
+            fast = fast_row(batch, scan["impl"])
+            scan["step_us"] = scan["call_us"]["median"] / k
+            scan["examples_per_s"] = b * k / scan["call_us"]["median"] * 1e6
+            scan["vs_loop"] = _paired(scan["call_us"], fast["step_us"], per=k)
+            flops = fast.get("flops")
+            scan["gflops_per_s"] = flops / scan["step_us"] / 1e3 if flops else None
+            scan["roof_fraction"] = ratio(scan["gflops_per_s"], roof["gflops_per_s"])
+            ref = scan_row(batch, REFERENCE, scan["unroll"]) or scan_row(batch, REFERENCE)
+            scan["vs_pure_jax"] = {"step": _paired(scan["call_us"], ref["call_us"])}
+            plain = scan_row(batch, scan["impl"])
+            scan["vs_unroll_1"] = _paired(scan["call_us"], plain["call_us"])
+        base = fast_row(batch, REFERENCE)
+        for row in batch["paths"]:
+            fast, scan = fast_row(batch, row["impl"]), scan_row(batch, row["impl"])
+            step = row["step_us"]["median"]
+            row["overhead_us"] = step - scan["step_us"] if scan else None
+            flops = fast.get("flops")  # the same useful work, whichever path does it
+            row["gflops_per_s"] = flops / step / 1e3 if flops else None
+            row["roof_fraction"] = ratio(row["gflops_per_s"], roof["gflops_per_s"])
+            if flops and len(roof["call_us"]["rounds"]) == len(row["step_us"]["rounds"]):
+                # flops / step over the roof's flops / call, paired by round
+                share = _paired(roof["call_us"], row["step_us"])
+                row["roof_interval"] = {
+                    key: v * flops / roof["flops"] if key in ("ratio", "low", "high") and v else v
+                    for key, v in share.items()
+                }
+            row["loop_examples_per_s"] = b / step * 1e6
+            row["vs_fast"] = {
+                "extra_us": step - fast["step_us"]["median"],
+                "step": _paired(row["step_us"], fast["step_us"]),
+            }
+            row["vs_pure_jax"] = {"step": _paired(row["step_us"], base["step_us"])}
+    rows = (result.get("data_parallel") or {}).get("rows", [])
+    cell = {(r["impl"], r["mechanism"], r["devices"]): r["step_us"] for r in rows}
+    for row in rows:
+        row["vs_serial"] = _paired(row["step_us"], cell.get((row["impl"], "none", 1)))
+        ref = cell.get((REFERENCE, row["mechanism"], row["devices"]))
+        row["vs_pure_jax"] = {"step": _paired(row["step_us"], ref)}
+    for part in result.get("precision") or ():
+        cell = {(r["impl"], r["dtype"]): r["step_us"] for r in part["rows"]}
+        for row in part["rows"]:
+            row["vs_float32"] = _paired(row["step_us"], cell[(row["impl"], "float32")])
+    return result
+
+
 # --- the envelope ---------------------------------------------------------------------------------
 
 
@@ -164,10 +233,6 @@ def environment(*, jax_devices: bool = True) -> dict[str, Any]:
     return out
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %z")
-
-
 def envelope(kind: str, command: Sequence[str] | None = None, **environ: Any) -> dict[str, Any]:
     """The fields every result file opens with: ``schema``, ``kind``, ``command``, ``started`` and
     ``environment`` (``environ`` goes to :func:`environment`)."""
@@ -175,7 +240,7 @@ def envelope(kind: str, command: Sequence[str] | None = None, **environ: Any) ->
         "schema": SCHEMA,
         "kind": kind,
         "command": list(command) if command is not None else None,
-        "started": now(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "environment": environment(**environ),
     }
 
@@ -204,7 +269,5 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     elif schema != SCHEMA:
         raise ValueError(f"{path}: schema: expected {SCHEMA!r}, got {schema!r}")
     if data.get("kind") == "bench":
-        from cvae_rosetta.bench.harness import summarize  # imports no JAX
-
         summarize(data)
     return data
