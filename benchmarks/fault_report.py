@@ -34,7 +34,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tiny_runs as h  # the runs, kills and comparisons of the fault tests
 
-from cvae_rosetta.app import checkpoint
+from cvae_rosetta.app import checkpoint, resuming
 from cvae_rosetta.bench import results
 from cvae_rosetta.bench.report import markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
@@ -97,7 +97,7 @@ def chain(impl: str, extra: tuple[str, ...], points: int, rng: random.Random, wo
         h.corrupt(h.largest_array_file(damaged / "checkpoints" / str(latest)), how)
         resume = ["--resume", str(damaged), "--resume-latest-good", "--no-progress"]
         resumed = h.train(*resume, quiet=True) == 0
-        _, run, _ = checkpoint.read_run(damaged)  # config.json: where the resume started
+        _, run, _ = resuming.read_run(damaged)  # config.json: where the resume started
         lost = latest - run["resumes"][-1]["step"] if resumed else None
         ok = resumed and lost <= h.EVERY and same_run(damaged, reference)
         records.append(record(impl, mode, kind, ok, lost))

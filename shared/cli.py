@@ -15,12 +15,12 @@ import argparse
 import dataclasses
 import re
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
+from cvae_rosetta.bench.harness import SETTING_FLAGS
 from cvae_rosetta.spec.config import SECTIONS, Config
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
 
@@ -88,74 +88,57 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
 }
 
 
-# The application's errors name config fields (``optim.learning_rate``) and the parameters of its
-# functions (``checkpoint_every``); the CLI shows the flags that set them. A config field stays as
-# it is where it starts a message (it is what config.json and --help name), and is shown as its
-# flag inside one ("lower --learning-rate").
-OPTION_FLAGS = {
-    "checkpoint_every_seconds": "--checkpoint-every-seconds",
-    "checkpoint_every": "--checkpoint-every",
-    "keep_checkpoints": "--keep-checkpoints",
-    "iw_samples": "--iw-samples",
-    "debug_nans": "--debug-nans",
-    "profile_steps": "--profile-steps",
-    "tensorboard": "--tensorboard",
-    "latest_good": "--resume-latest-good",
+# The application's errors name what a flag sets: a config field (``optim.learning_rate``) or a
+# parameter of its functions (``checkpoint_every``). FIELD_FLAGS is the one table from those names
+# to the flags: every config field's (from FLAGS), the parameters named like their flags (cvae
+# bench's settings among them), and the few named otherwise.
+SAME_NAMES = (
+    *("checkpoint_every", "checkpoint_every_seconds", "keep_checkpoints", "iw_samples"),
+    *("debug_nans", "profile_steps", "tensorboard", "out", "resume", "impls", "platforms"),
+    *("seed", "step", "coordinator", "num_processes", "process_id", "port", "timeout"),
+    *SETTING_FLAGS,
+)
+FIELD_FLAGS: dict[str, str] = {
+    **{f"{section}.{field}": flag for flag, (section, field, _, _) in FLAGS.items()},
+    **{name: "--" + name.replace("_", "-") for name in SAME_NAMES},
     "workdir": "--out",
-    "out": "--out",
     "run_dir": "--run",
-    "resume": "--resume",
-    "impls": "--impls",
-    "platforms": "--platforms",
     "labels": "--label",
     "count": "--n",
-    "seed": "--seed",
-    "step": "--step",
-    "coordinator": "--coordinator",
-    "num_processes": "--num-processes",
-    "process_id": "--process-id",
-    "port": "--port",
-    "timeout": "--timeout",
+    "latest_good": "--resume-latest-good",
     "overwrite=True": "--overwrite",
-    # cvae bench's settings
-    "batch_sizes": "--batch-sizes",
-    "rounds": "--rounds",
-    "steps": "--steps",
-    "epoch_examples": "--epoch-examples",
-    "unrolls": "--unrolls",
-    "devices": "--devices",
-    "mechanisms": "--mechanisms",
-    "parallel_batch": "--parallel-batch",
-    "parallel_impls": "--parallel-impls",
-    "roof_size": "--roof-size",
+    "distributed=True": "--distributed",
 }
-FIELD_PATTERN = re.compile(r"(?<![\w.])(?:data|train|model|loss|optim)\.\w+")
-FIELD_LEAD = re.compile(FIELD_PATTERN.pattern + r"(?:\[\d+\])?")  # model.encoder_dims[1]
-OPTION_PATTERN = re.compile(
-    r"(?<![\w.-])(?:"
-    + "|".join(re.escape(k) for k in OPTION_FLAGS if "_" in k or "=" in k)
-    + r")\b"
-)
+# Inside a message only names no sentence has (``optim.clip_norm``, ``debug_nans``,
+# ``overwrite=True``) are shown as flags, never inside a path; a plain word (``seed``) only where it
+# starts the message.
+_INSIDE = sorted((name for name in FIELD_FLAGS if set(name) & set("._=")), key=len, reverse=True)
+_NAMED_INSIDE = re.compile(rf"(?<![\w./-])(?:{'|'.join(map(re.escape, _INSIDE))})(?![\w/])")
 
 
 def in_flags(message: str) -> str:
-    """An error of the application in the terms of this CLI: the option or parameter a message
-    starts with becomes its flag (after any path or implementation name before it), and so do
-    the config fields and options named inside it."""
-    lead, sep, rest = message.partition(": ")
-    if not sep:
-        return _inner_flags(message)
-    if lead in OPTION_FLAGS:
-        return f"{OPTION_FLAGS[lead]}: {_inner_flags(rest)}"
-    if all(FIELD_LEAD.fullmatch(part.strip()) for part in lead.split(",")):
-        return f"{lead}: {_inner_flags(rest)}"  # config fields stay as config.json names them
-    return f"{_inner_flags(lead)}: {in_flags(rest)}"  # a path or an implementation's name first
+    """An error of the application in the terms of this CLI. Config fields that a part of it is
+    about (``model.latent_dim: expected ...``) stay as config.json names them; the name the
+    message starts with becomes its flag (``--checkpoint-every: ...``); inside, config fields and
+    options become flags (``lower --learning-rate``). A name without a flag passes unchanged."""
+    *leads, last = message.split(": ")
+    shown = [lead if _config_fields(lead) else _NAMED_INSIDE.sub(_flag_of, lead) for lead in leads]
+    if leads and leads[0] in FIELD_FLAGS and not _config_fields(leads[0]):
+        shown[0] = FIELD_FLAGS[leads[0]]
+    return ": ".join([*shown, _NAMED_INSIDE.sub(_flag_of, last)])
 
 
-def _inner_flags(text: str) -> str:
-    field_flags = {f"{section}.{name}": flag for flag, (section, name, _, _) in FLAGS.items()}
-    text = FIELD_PATTERN.sub(lambda m: field_flags.get(m.group(0), m.group(0)), text)
-    return OPTION_PATTERN.sub(lambda m: OPTION_FLAGS[m.group(0)], text)
+def _flag_of(match: re.Match[str]) -> str:
+    return FIELD_FLAGS[match.group(0)]
+
+
+def _config_fields(text: str) -> bool:
+    """``model.input_dim``, ``model.encoder_dims[1]``, ``model.input_dim, model.num_classes``."""
+    for name in text.split(","):
+        section, dot, field = name.strip().partition(".")
+        if not (dot and section in SECTIONS and field.split("[")[0].isidentifier()):
+            return False
+    return True
 
 
 def _dest(flag: str) -> str:
@@ -184,39 +167,13 @@ def config_from_args(args: argparse.Namespace) -> tuple[Config, set[str]]:
     return Config(**{s: SECTIONS[s](**changes[s]) for s in SECTIONS}), given
 
 
-def _cluster(args: argparse.Namespace, config: Config, given: set[str]):
-    """The process's place in a ``--distributed`` run (``None`` without it), checked before JAX
-    starts; its ``config`` has one device per process unless ``--devices`` was given."""
-    if not getattr(args, "distributed", False):
-        for flag in ("coordinator", "num_processes", "process_id"):
-            if getattr(args, flag, None) is not None:
-                raise ConfigError(
-                    f"--{flag.replace('_', '-')}: expected only with --distributed, got "
-                    f"{getattr(args, flag)!r}"
-                )
-        return None
-    from cvae_rosetta.app import distributed
-
-    return distributed.Cluster.create(
-        args.coordinator,
-        args.num_processes,
-        args.process_id,
-        config,
-        devices_given="train.devices" in given,
-    )
-
-
-def _default_out(prefix: str) -> Path:
-    return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 # --- commands -------------------------------------------------------------------------------------
 
 
 def cmd_impls(args: argparse.Namespace) -> int:
-    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.app import frameworks
 
-    infos = protocol.known()
+    infos = frameworks.known()
     width = max(len(i.name) for i in infos)
     for i in infos:
         state = f"{i.framework} {i.version}" if i.installed else f"not installed ({i.framework})"
@@ -243,8 +200,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import train
-    from cvae_rosetta.spec import protocol
+    from cvae_rosetta.app import distributed, train
 
     config, given = config_from_args(args)
     options = _options(args)
@@ -259,8 +215,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         options = dataclasses.replace(options, impl=options.impl or "pure_jax")
         options.check(config)  # before the cluster is joined
-        cluster = _cluster(args, config, given)
-        workdir = args.out or _default_out(protocol.load(options.impl).name)
+        cluster = distributed.cluster_from(
+            config,
+            distributed=args.distributed,
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            devices_given="train.devices" in given,
+        )
+        workdir = args.out or train.default_workdir(options.impl)
         outcome = train.train_and_evaluate(config, workdir, options, given=given, cluster=cluster)
         if cluster is not None and cluster.process_id != 0:
             return train.exit_status(outcome)  # process 0 says what happened
@@ -276,13 +239,13 @@ def _resume_command(run_dir: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import compare
+    from cvae_rosetta.app import compare, train
 
     config, given = config_from_args(args)
     names = [n.strip() for n in args.impls.split(",") if n.strip()] if args.impls else None
     rows, dataset, out = compare.compare(
         config,
-        args.out or _default_out("compare"),
+        args.out or train.default_out("compare"),
         names,
         given=given,
         iw_samples=args.iw_samples,
@@ -322,10 +285,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from cvae_rosetta.app import distributed
 
-    if args.port is not None and (not isinstance(args.port, int) or not 0 < args.port < 65536):
-        raise ConfigError(f"--port: expected an integer in [1, 65535], got {args.port!r}")
-    if args.timeout is not None and not isinstance(args.timeout, float):
-        raise ConfigError(f"--timeout: expected a number of seconds, got {args.timeout!r}")
     return distributed.launch(
         args.num_processes, args.command, port=args.port, timeout=args.timeout
     )
@@ -528,11 +487,9 @@ def _need_run(args: argparse.Namespace) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import checkpoint
+    from cvae_rosetta.app import convert
 
-    out, meta = checkpoint.convert(
-        _need_run(args), args.out, step=args.step, overwrite=args.overwrite
-    )
+    out, meta = convert.convert(_need_run(args), args.out, step=args.step, overwrite=args.overwrite)
     what = (
         "parameters only (the run has no checkpoints)"
         if meta.get("params_only")
@@ -677,6 +634,7 @@ def _joined(values: Sequence[Any]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from cvae_rosetta.app.train import default_out
     from cvae_rosetta.bench import harness as bench
 
     settings = bench.settings_from_flags(
@@ -684,7 +642,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     out, result, written = bench.benchmark(
         settings,
-        args.out or _default_out("bench"),
+        args.out or default_out("bench"),
         overwrite=args.overwrite,
         progress=not args.no_progress,
         command=["cvae", *sys.argv[1:]],

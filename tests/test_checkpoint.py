@@ -35,7 +35,7 @@ from run_helpers import (
     wait_for,
 )
 
-from cvae_rosetta.app import checkpoint
+from cvae_rosetta.app import checkpoint, resuming
 from cvae_rosetta.app.trainer import Position, Progress, RunKeys
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
@@ -352,7 +352,7 @@ def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
     )
     out = capsys.readouterr()
     assert "checkpoint 6 is damaged" in out.err and "resuming" in out.out and "step 3" in out.out
-    assert list((run / checkpoint.DAMAGED_DIR).iterdir())  # moved aside, not deleted
+    assert list((run / resuming.DAMAGED_DIR).iterdir())  # moved aside, not deleted
     assert checkpoint.latest_of_run(run).step == TOTAL
 
 

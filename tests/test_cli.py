@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from cvae_rosetta.cli import main
+from cvae_rosetta.app import distributed, train
+from cvae_rosetta.cli import FIELD_FLAGS, FLAGS, build_parser, in_flags, main
+from cvae_rosetta.spec.config import SECTIONS, Config
 
 FAST = ["--epochs", "2", "--batch-size", "128", "--no-progress", "--latent-dim", "4"]
 
@@ -272,3 +276,110 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path):
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("cvae: error: impl: expected a known implementation")
     assert not (tmp_path / "x").exists()
+
+
+# --- what the application names, shown as flags ---------------------------------------------------
+
+
+def every_flag(parser: argparse.ArgumentParser) -> set[str]:
+    flags = set()
+    for action in parser._actions:
+        flags.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= every_flag(sub)
+    return flags
+
+
+def test_every_config_field_is_shown_as_its_flag():
+    fields = {
+        f"{s}.{f.name}" for s, section in SECTIONS.items() for f in dataclasses.fields(section)
+    }
+    assert {f"{section}.{field}" for section, field, _, _ in FLAGS.values()} == fields
+    for flag, (section, field, _, _) in FLAGS.items():
+        name = f"{section}.{field}"
+        assert FIELD_FLAGS[name] == flag
+        assert in_flags(f"pure_jax: the loss is nan; lower {name}") == (
+            f"pure_jax: the loss is nan; lower {flag}"
+        )
+        # the field a message is about keeps the name config.json gives it
+        assert in_flags(f"{name}: expected 1, got {name}=2") == f"{name}: expected 1, got {flag}=2"
+    assert set(FIELD_FLAGS.values()) <= every_flag(build_parser())  # no flag the CLI lacks
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "model.dropout: expected a number, got 0.5",  # a field without a flag
+        "pure_jax: lower optim.momentum",
+        "frobnicate: expected an option, got none",
+        "runs/x/checkpoints/8: step: expected the metadata's 8, got 9",  # an array, not --step
+        "out/run_dir/config.json: expected JSON, got nothing",  # a path
+    ],
+)
+def test_a_name_without_a_flag_passes_unchanged(message):
+    assert in_flags(message) == message
+
+
+def test_options_are_shown_as_their_flags():
+    assert in_flags("workdir: expected an empty or new directory, got x") == (
+        "--out: expected an empty or new directory, got x"
+    )
+    assert in_flags("run_dir: expected a run directory, got the file x") == (
+        "--run: expected a run directory, got the file x"
+    )
+    assert in_flags("precision_batches: expected integers, got 'x'") == (
+        "--precision-batches: expected integers, got 'x'"
+    )
+    assert in_flags(
+        "out: expected a new file, got x, which exists (overwrite=True replaces it)"
+    ) == ("--out: expected a new file, got x, which exists (--overwrite replaces it)")
+    assert in_flags("seed: expected an integer >= 0, got -1") == (
+        "--seed: expected an integer >= 0, got -1"
+    )
+
+
+# --- defaults and the cluster come from the application -------------------------------------------
+
+
+def test_the_default_output_directory_is_the_applications():
+    assert train.default_out("compare").parent == train.RUNS_DIR
+    assert train.default_out("compare").name.startswith("compare-")
+    assert train.default_workdir("pure_jax").name.startswith("pure_jax-")
+
+
+def test_no_cluster_without_distributed(capsys):
+    assert distributed.cluster_from(Config(), distributed=False) is None
+    with pytest.raises(distributed.ConfigError) as caught:
+        distributed.cluster_from(Config(), distributed=False, num_processes=2)
+    assert str(caught.value) == "num_processes: expected only with distributed=True, got 2"
+    assert main(["train", "--coordinator", "h:1"]) == 2
+    assert capsys.readouterr().err == (
+        "cvae: error: --coordinator: expected only with --distributed, got 'h:1'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "0"], "--port: expected an integer in [1, 65535], got 0"),
+        (["--port", "p"], "--port: expected an integer in [1, 65535], got 'p'"),
+        (["--timeout", "soon"], "--timeout: expected a number of seconds > 0, got 'soon'"),
+        (["--timeout", "-1"], "--timeout: expected a number of seconds > 0, got -1.0"),
+        (["--timeout", "nan"], "--timeout: expected a number of seconds > 0, got nan"),
+    ],
+)
+def test_launch_refuses_a_bad_port_or_timeout(capsys, args, message):
+    assert main(["launch", *args, "--", "train"]) == 2
+    assert capsys.readouterr().err == f"cvae: error: {message}\n"
+
+
+def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):
+    out = tmp_path / "run"
+    code = main(
+        ["launch", "--num-processes", "2", "--", "train", "--epochs", "0", "--out", str(out)]
+    )
+    assert code == 2
+    err = capfd.readouterr().err
+    assert err.count("cvae: error: train.epochs: expected an integer >= 1, got 0") == 1, err
+    assert not out.exists()

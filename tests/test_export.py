@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from run_helpers import fast_outputs
 
-from cvae_rosetta.app import checkpoint, inference
+from cvae_rosetta.app import checkpoint, convert, inference
 from cvae_rosetta.app import rundir as run
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
@@ -65,7 +65,7 @@ def test_convert_writes_the_canonical_checkpoint(trained, tmp_path, capsys):
     assert {"opt_state/mu/encoder/0/kernel", "opt_state/nu/decoder/1/bias"} <= names
     assert meta["step"] == 16 and meta["impl"] == "pure_jax" and meta["config"]["model"]
     assert meta["arrays"]["params/latent/kernel"]["sha256"]
-    loaded = checkpoint.load_npz(out)
+    loaded = convert.load_npz(out)
     latest = checkpoint.latest_of_run(trained)
     a, b = checkpoint.flatten(loaded.state), checkpoint.flatten(latest.state)
     for key in a:
@@ -85,7 +85,7 @@ def test_convert_of_a_run_without_checkpoints_keeps_its_parameters(trained, tmp_
     shutil.copytree(trained, bare, ignore=shutil.ignore_patterns("checkpoints"))
     out = tmp_path / "params.npz"
     assert cli("convert", "--run", str(bare), "--out", str(out)) == 0
-    params = checkpoint.load_npz(out)
+    params = convert.load_npz(out)
     expected = run.load_params(trained / "params.npz")
     jax.tree.map(np.testing.assert_array_equal, params, expected)
 

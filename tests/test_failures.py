@@ -140,16 +140,16 @@ def test_debug_nans_is_refused_with_data_parallelism_before_anything_is_written(
 def test_a_disk_that_fails_at_save_time_keeps_every_earlier_output(
     tmp_path, monkeypatch, capsys, failure, text
 ):
-    from cvae_rosetta.app import rundir as run
+    from cvae_rosetta import files
 
-    real = run.write_json
+    real = files.write_json
 
-    def failing(path: Path, data) -> None:
+    def failing(path: Path, data, **options) -> Path:
         if Path(path).name == "summary.json":
             raise OSError(failure, text, str(path))
-        real(path, data)
+        return real(path, data, **options)
 
-    monkeypatch.setattr(run, "write_json", failing)
+    monkeypatch.setattr(files, "write_json", failing)
     out = tmp_path / "run"
     code, err = run_cli(capsys, "train", "--out", str(out), *RUN)
     assert code == 74  # not 2: the input was fine, the disk was not
@@ -169,15 +169,15 @@ def test_a_disk_that_fails_at_save_time_keeps_every_earlier_output(
 
 
 def test_an_interrupted_write_leaves_the_previous_file_whole(tmp_path):
-    from cvae_rosetta.app import rundir as run
+    from cvae_rosetta import files
 
     path = tmp_path / "summary.json"
-    run.write_json(path, {"loss": 1.0})
+    files.write_json(path, {"loss": 1.0})
 
     class Unserialisable:
         pass
 
     with pytest.raises(TypeError):  # json.dump fails halfway through writing
-        run.write_json(path, {"loss": 2.0, "bad": Unserialisable()})
+        files.write_json(path, {"loss": 2.0, "bad": Unserialisable()})
     assert json.loads(path.read_text()) == {"loss": 1.0}
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

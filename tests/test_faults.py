@@ -58,7 +58,7 @@ from run_helpers import (
     wait_for,
 )
 
-from cvae_rosetta.app import checkpoint, rundir
+from cvae_rosetta.app import checkpoint, rundir, signals
 
 pytestmark = pytest.mark.faults
 
@@ -172,7 +172,7 @@ def test_sigterm_while_starting_and_while_resuming_stops_cleanly(references, tmp
     )
     assert committed(out) == [0] and "Traceback" not in stderr
 
-    driver = injected("cvae_rosetta.app.checkpoint:Resume.load", TERM_SELF)
+    driver = injected("cvae_rosetta.app.resuming:Resume.load", TERM_SELF)
     status, stderr = finish(start(["train", "--resume", str(out)], tmp_path, driver=driver))
     assert status == 143, stderr
     assert "stopped by SIGTERM at step 0 (epoch 1, batch 0)" in stopped_line(stderr)
@@ -233,7 +233,7 @@ def test_sigterm_to_one_process_of_two_stops_both_after_the_same_step(tmp_path):
     status, stderr = term_one_process_of_two(out, after_step=40)
     assert status == 143, stderr
     step = stopped_step(stderr)
-    assert step % checkpoint.AGREE_EVERY == 0 or step % 8 == 0, stderr  # an agreement point
+    assert step % signals.AGREE_EVERY == 0 or step % 8 == 0, stderr  # an agreement point
     assert committed(out)[-1] == step and last_recorded_step(out) == step
     assert checkpoint.latest_of_run(out).step == step  # intact, and --resume goes on from it
     assert "Traceback" not in stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 import tomllib
@@ -22,7 +23,16 @@ def test_short_name_resolves_to_the_reference():
 def test_known_lists_every_builtin_with_its_install_state():
     infos = {i.name: i for i in protocol.known()}
     assert set(protocol.BUILTIN) <= set(infos)
-    assert infos["pure_jax"].installed and infos["pure_jax"].version
+    assert infos["pure_jax"].installed and infos["pure_jax"].module == "jax"
+
+
+def test_the_application_lists_each_framework_with_its_version():
+    from cvae_rosetta.app import frameworks
+
+    rows = {row.name: row for row in frameworks.known()}
+    assert [row.name for row in frameworks.known()] == [i.name for i in protocol.known()]
+    assert rows["pure_jax"].framework == "jax" and rows["pure_jax"].version
+    assert rows["haiku"].framework == "dm-haiku"
 
 
 def test_the_builtins_are_the_entry_points_of_pyproject():
@@ -34,6 +44,26 @@ def test_the_builtins_are_the_entry_points_of_pyproject():
     assert {name: b.target for name, b in protocol.BUILTIN.items()} == declared
     assert set(protocol.BUILTIN_FRAMEWORKS) == set(declared)
     assert list(protocol.BUILTIN) == list(protocol.BUILTIN_FRAMEWORKS)  # `cvae impls` order
+
+
+def test_each_builtin_is_installed_by_the_extra_the_application_names():
+    """The application's table (cvae_rosetta.app.frameworks) has a row for every built-in, and
+    each extra it names exists in pyproject.toml and requires that row's distribution."""
+    from cvae_rosetta.app import frameworks
+
+    pyproject = tomllib.loads(
+        (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    )
+    assert pyproject["project"]["name"] == frameworks.DISTRIBUTION
+    extras = pyproject["project"]["optional-dependencies"]
+    assert list(frameworks.INSTALLS) == list(protocol.BUILTIN_FRAMEWORKS)
+    for name, install in frameworks.INSTALLS.items():
+        if install.extra is None:  # a dependency of the project itself
+            requirements = pyproject["project"]["dependencies"]
+        else:
+            requirements = extras[install.extra]
+        names = [re.match(r"[A-Za-z0-9._-]+", r).group() for r in requirements]
+        assert install.distribution in names, (name, install)
 
 
 def test_unknown_name_lists_the_known_ones():
@@ -142,3 +172,24 @@ def test_adapter_refuses_a_non_config():
 
     with pytest.raises(ConfigError, match="config: expected a cvae_rosetta.spec.config.Config"):
         protocol.load("pure_jax").init(jax.random.key(0), {"model": {}})
+
+
+def test_a_builtin_without_its_framework_says_which_extra_installs_it(tmp_path, monkeypatch):
+    """The contract's refusal names the missing module; the application's adds the extra (and
+    only the application knows it)."""
+    from cvae_rosetta.app import frameworks
+
+    pkg = f"pkg_{tmp_path.name.replace('-', '_')}"
+    outside_package(tmp_path, monkeypatch, pkg, "import not_installed_xyz\n")
+    builtin = protocol.Builtin(f"{pkg}.mine:implementation", "not_installed_xyz")
+    monkeypatch.setitem(protocol.BUILTIN, "flax_nnx", builtin)
+    needs = "it needs 'not_installed_xyz', which is not installed"
+    with pytest.raises(ImplementationNotFound) as info:
+        protocol.load("flax_nnx")
+    assert str(info.value).endswith(needs)
+    with pytest.raises(ImplementationNotFound) as info:
+        frameworks.load("flax_nnx")
+    assert str(info.value).endswith(
+        f"{needs}; install its framework with: pip install 'cvae-rosetta[flax]'"
+    )
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)

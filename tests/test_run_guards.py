@@ -1,6 +1,6 @@
 """What keeps a run safe, piece by piece (the whole runs are in ``test_faults.py``): when a
-checkpoint is due (:class:`~cvae_rosetta.app.checkpoint.Cadence`, ``--checkpoint-every-seconds``),
-how a signal is taken (:class:`~cvae_rosetta.app.checkpoint.GracefulStop`), the one writer of a
+checkpoint is due (:class:`~cvae_rosetta.app.signals.Cadence`, ``--checkpoint-every-seconds``),
+how a signal is taken (:class:`~cvae_rosetta.app.signals.GracefulStop`), the one writer of a
 run directory (:class:`~cvae_rosetta.app.rundir.RunLock`) and a write the disk refuses
 (:mod:`cvae_rosetta.files`)."""
 
@@ -19,7 +19,7 @@ from run_helpers import TINY, committed, train
 
 from cvae_rosetta import files
 from cvae_rosetta.app import checkpoint, rundir
-from cvae_rosetta.app.checkpoint import AGREE_EVERY, Cadence, GracefulStop, Stopped
+from cvae_rosetta.app.signals import AGREE_EVERY, Cadence, GracefulStop, Stopped
 from cvae_rosetta.app.train import Options, train_and_evaluate
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec.config import Config

@@ -125,7 +125,7 @@ def test_cvae_train_is_train_and_evaluate_plus_parsing(tmp_path, monkeypatch, ca
 
 
 def test_the_other_commands_are_functions_too(tmp_path):
-    from cvae_rosetta.app import checkpoint, export, inference
+    from cvae_rosetta.app import convert, export, inference
 
     run_dir = tmp_path / "run"
     train_and_evaluate(CONFIG, run_dir, QUIET)
@@ -135,7 +135,7 @@ def test_the_other_commands_are_functions_too(tmp_path):
         assert arrays["images"].shape == (4, 64) and list(arrays["labels"]) == [3, 3, 7, 7]
     path, _, count = inference.reconstruct_run(run_dir, tmp_path / "r.png", count=5)
     assert path.is_file() and count == 5
-    path, meta = checkpoint.convert(run_dir, tmp_path / "c.npz")
+    path, meta = convert.convert(run_dir, tmp_path / "c.npz")
     assert path.is_file() and meta["impl"] == "pure_jax"
     path, manifest = export.export_run(run_dir, tmp_path / "exported", platforms="cpu")
     assert (path / export.MANIFEST).is_file() and manifest["platforms"] == ["cpu"]

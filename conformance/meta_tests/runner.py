@@ -358,8 +358,3 @@ def run_suites(
     for target in targets:
         runs[target].save(directory / f"{label_of(target)}.json")
     return {target: runs[target] for target in targets}
-
-
-def run_suite(target: str, directory: Path, **options) -> SuiteRun:
-    """Run the suite on one target (:func:`run_suites` with one target)."""
-    return run_suites([target], directory, **options)[target]

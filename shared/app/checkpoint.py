@@ -28,11 +28,14 @@ written by the handler's ``finalize`` just before Orbax's atomic rename commits 
 ``cvae_files.json``: the size and SHA-256 of every file in it. A save killed at
 any point leaves a temporary directory that is never read and the previous checkpoints intact; a
 truncated or altered file is found before anything is read. Only arrays and JSON: no pickle.
+
+Beside it: stopping on a signal and when to write a checkpoint (:mod:`cvae_rosetta.app.signals`),
+resuming a run directory (:mod:`cvae_rosetta.app.resuming`) and the canonical checkpoint file of
+``cvae convert`` (:mod:`cvae_rosetta.app.convert`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -40,12 +43,8 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +54,14 @@ import numpy as np
 import optax
 
 from cvae_rosetta import files
-from cvae_rosetta.app.trainer import Position, Progress, Record, RunKeys
+from cvae_rosetta.app.trainer import Position, Progress, RunKeys
 from cvae_rosetta.spec import canonical
 from cvae_rosetta.spec.config import Config
-from cvae_rosetta.spec.errors import CheckpointError, ConfigError, OutputError, ParameterError
+from cvae_rosetta.spec.errors import CheckpointError, ConfigError, ParameterError
 
 FORMAT = "cvae-rosetta checkpoint"
 VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
-DAMAGED_DIR = "checkpoints.damaged"  # where --resume-latest-good moves newer damaged checkpoints
 FILES = "cvae_files.json"  # written into every checkpoint just before its commit
 ORBAX_FILES = ("_CHECKPOINT_METADATA", "commit_success.txt")  # Orbax writes them at the commit
 DEFAULT_EVERY = 1000  # steps between checkpoints (and one at the end)
@@ -71,8 +69,6 @@ DEFAULT_KEEP = 3
 # A test hook: "N:SECONDS" makes the N-th save of the process sleep for SECONDS just before its
 # commit, so a test can kill the process in the middle of a save.
 SLOW_SAVE_ENV = "CVAE_CHECKPOINT_SLOW_SAVE"
-# On --resume, only these config fields may differ from the run's own.
-RESUMABLE_CHANGES = ("train.epochs", "train.data_parallel", "train.devices", "data.data_dir")
 
 
 # --- the canonical train state --------------------------------------------------------------------
@@ -295,11 +291,11 @@ class Checkpoint:
         return {**self.state, "run_keys": data}
 
     def metadata(self) -> dict[str, Any]:
-        from cvae_rosetta.spec import protocol
+        from cvae_rosetta.app import frameworks
 
         position = self.progress.position
         _, prng = key_data(self.keys)
-        framework = protocol.BUILTIN.get(self.impl)
+        framework = frameworks.distribution(self.impl)
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -312,22 +308,13 @@ class Checkpoint:
             "impl": self.impl,
             "versions": {
                 "jax": jax.__version__,
-                **({framework.distribution: _version(framework.distribution)} if framework else {}),
+                **({framework: frameworks.version(framework)} if framework else {}),
             },
             "config": self.config.to_dict(),
             "data_sha256": self.data,
             "prng": prng,
             "arrays": {name: array_digest(a) for name, a in flatten(self.arrays()).items()},
         }
-
-
-def _version(distribution: str) -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def from_parts(flat: dict[str, np.ndarray], meta: Any, *, source: str) -> Checkpoint:
@@ -618,6 +605,26 @@ def has_checkpoints(run_dir: Path) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
+def latest_of_run(run_dir: Path, *, step: int | None = None) -> Checkpoint:
+    """A run's checkpoint at ``step``, or its newest intact one."""
+    checkpoints = Checkpoints(checkpoints_of(run_dir))
+    try:
+        if step is None:
+            found, damaged = checkpoints.latest(latest_good=True)
+            for number, reason in damaged:
+                print(
+                    f"cvae: warning: skipped damaged checkpoint {number}: {reason}", file=sys.stderr
+                )
+            return found
+        if step not in checkpoints.steps():
+            raise CheckpointError(
+                f"step: expected one of the checkpoints {checkpoints.steps()}, got {step}"
+            )
+        return checkpoints.restore(step)
+    finally:
+        checkpoints.close()
+
+
 # --- what cvae train calls ------------------------------------------------------------------------
 
 
@@ -673,435 +680,3 @@ def check_options(every: Any, keep: Any, seconds: Any = 0.0) -> tuple[int, int, 
             f"{seconds!r}"
         )
     return every, keep, float(seconds)
-
-
-# --- resuming a run directory ---------------------------------------------------------------------
-
-
-def config_differences(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
-    """``(section.field, old value, new value)`` for every field that differs."""
-    a, b = old.to_dict(), new.to_dict()
-    return [
-        (f"{section}.{name}", a[section][name], b[section][name])
-        for section in a
-        for name in a[section]
-        if a[section][name] != b[section][name]
-    ]
-
-
-def refuse_config_changes(old: Config, new: Config, *, what: str) -> None:
-    """Refuse, naming every field, changes to anything but :data:`RESUMABLE_CHANGES`."""
-    bad = [d for d in config_differences(old, new) if d[0] not in RESUMABLE_CHANGES]
-    if bad:
-        fields = ", ".join(name for name, _, _ in bad)
-        expected = ", ".join(f"{name}={a!r}" for name, a, _ in bad)
-        given = ", ".join(f"{name}={b!r}" for name, _, b in bad)
-        raise ConfigError(
-            f"{fields}: expected the values of {what} ({expected}; only train.epochs, "
-            f"data.data_dir, train.data_parallel and train.devices may change on resume), "
-            f"got {given}"
-        )
-
-
-def read_run(directory: Any, *, flag: str = "run_dir") -> tuple[Path, dict[str, Any], Config]:
-    """A ``cvae train`` run directory: its path, its ``config.json`` and its config."""
-    path = Path(directory).expanduser()
-    if not path.is_dir():
-        state = "is a file" if path.exists() else "does not exist"
-        raise CheckpointError(
-            f"{flag}: expected a run directory of cvae train, got {path}, which {state}"
-        )
-    marker = path / "config.json"
-    try:
-        data = json.loads(marker.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{flag}: expected a run directory holding config.json, got {path}, which holds none"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(
-            f"{marker}: expected the JSON cvae train writes, got {type(err).__name__}: {err}"
-        ) from err
-    if not isinstance(data, dict) or not isinstance(data.get("impl"), str) or "config" not in data:
-        hint = (
-            " (a cvae compare directory: pick one implementation's folder)"
-            if "impls" in data
-            else ""
-        )
-        raise CheckpointError(
-            f"{flag}: expected {marker} to name its implementation and config{hint}, it does not"
-        )
-    try:
-        config = Config.from_dict(data["config"])
-    except ConfigError as err:
-        raise ConfigError(f"{marker}: {err}") from err
-    return path, data, config
-
-
-@dataclasses.dataclass
-class Resume:
-    """A run directory about to be continued from its checkpoint (checked, nothing written yet).
-
-    :meth:`open` reads ``config.json`` only, so the devices can still be arranged before JAX
-    starts; :meth:`load` then reads the newest checkpoint (or the newest intact one).
-    """
-
-    directory: Path
-    run: dict[str, Any]  # config.json
-    config: Config  # the run's own config
-    latest_good: bool = False
-    loaded: Checkpoint | None = None
-    damaged: list[tuple[int, str]] = dataclasses.field(default_factory=list)
-
-    @classmethod
-    def open(cls, directory: Any, *, latest_good: bool) -> Resume:
-        path, data, config = read_run(directory, flag="resume")
-        if not checkpoints_of(path).is_dir():
-            raise CheckpointError(
-                f"resume: expected {checkpoints_of(path)} (cvae train writes checkpoints there), "
-                "got no such directory"
-            )
-        for where in (path, checkpoints_of(path)):
-            try:  # a real probe, as for --out: the run goes on writing here
-                tempfile.TemporaryDirectory(dir=where, prefix=".cvae-probe-").cleanup()
-            except OSError as err:
-                raise OutputError(
-                    f"resume: expected a writable run directory, got {where} ({err.strerror})"
-                ) from err
-        return cls(path, data, config, latest_good)
-
-    def load(self) -> Checkpoint:
-        checkpoints = Checkpoints(checkpoints_of(self.directory))
-        try:
-            self.loaded, self.damaged = checkpoints.latest(latest_good=self.latest_good)
-        finally:
-            checkpoints.close()
-        where = f"the run in {self.directory / 'config.json'}"
-        refuse_config_changes(self.config, self.loaded.config, what=where)
-        return self.loaded
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return self.loaded if self.loaded is not None else self.load()
-
-    def check(self, config: Config, dataset: Any) -> list[Record]:
-        """Refuse a config or data set the checkpoint does not fit; the records it was made after
-        (the first ``progress.records`` of ``metrics.jsonl``)."""
-        refuse_config_changes(self.config, config, what=f"the run in {self.directory}")
-        n, size = len(dataset.train), config.data.batch_size
-        num_batches = n // size if config.data.remainder == "drop" else -(-n // size)
-        position = self.checkpoint.progress.position
-        step = self.checkpoint.step
-        if position.epoch > config.train.epochs or (
-            position.epoch == config.train.epochs and position.batch
-        ):
-            raise ConfigError(
-                f"train.epochs: expected at least {position.epoch + bool(position.batch)} (the "
-                f"checkpoint at step {step} is in epoch {position.epoch + 1}), got "
-                f"{config.train.epochs}"
-            )
-        if position.step != position.epoch * num_batches + position.batch:
-            raise CheckpointError(
-                f"checkpoint: expected step {step} to be batch {position.batch} of epoch "
-                f"{position.epoch + 1} of {num_batches} batches, it is not (the data changed)"
-            )
-        data = data_fingerprint(dataset)
-        if self.checkpoint.data is not None and data != self.checkpoint.data:
-            raise CheckpointError(
-                f"data: expected the data set the run was trained on (SHA-256 "
-                f"{self.checkpoint.data[:12]}...), got different data (SHA-256 {data[:12]}...)"
-            )
-        return self._records()
-
-    def _records(self) -> list[Record]:
-        path = self.directory / "metrics.jsonl"
-        wanted = self.checkpoint.progress.records
-        records = []
-        try:
-            with open(path) as f:
-                for line in f:
-                    if len(records) == wanted:
-                        break
-                    records.append(json.loads(line))
-        except FileNotFoundError:
-            records = []
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(
-                f"{path}: expected the {wanted} records the checkpoint at step "
-                f"{self.checkpoint.step} was made after, got {type(err).__name__}: {err}"
-            ) from err
-        steps = [r.get("step") for r in records if isinstance(r, dict) and r.get("event") == "step"]
-        if len(records) != wanted or steps != list(range(1, self.checkpoint.step + 1)):
-            raise CheckpointError(
-                f"{path}: expected the {wanted} records the checkpoint at step "
-                f"{self.checkpoint.step} was made after (steps 1 to {self.checkpoint.step}), got "
-                f"{len(records)} records and {len(steps)} steps"
-            )
-        return records
-
-    def prepare(self, records: list[Record], config: Config, impl_name: str) -> None:
-        """Write what resuming changes: damaged newer checkpoints moved aside (never deleted),
-        ``metrics.jsonl`` cut back to the checkpoint's records, ``config.json`` updated."""
-        from cvae_rosetta.app import rundir as run
-
-        for step, _ in self.damaged:
-            aside = self.directory / DAMAGED_DIR
-            aside.mkdir(exist_ok=True)
-            target = aside / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
-            shutil.move(str(checkpoints_of(self.directory) / str(step)), str(target))
-        path = self.directory / "metrics.jsonl"
-        files.write_text(path, "".join(json.dumps(r) + "\n" for r in records))
-        resumes = list(self.run.get("resumes", []))
-        resumes.append(
-            {"step": self.checkpoint.step, "impl": impl_name, "from": self.checkpoint.impl}
-        )
-        data = {**self.run, "impl": impl_name, "config": config.to_dict(), "resumes": resumes}
-        run.write_json(self.directory / "config.json", data)
-
-
-# --- stopping on a signal, and when to write a checkpoint ----------------------------------------
-
-
-class Stopped(KeyboardInterrupt):
-    """A run stopped by a signal at a point that cannot wait for a checkpoint (its final outputs);
-    a ``KeyboardInterrupt``, so no ``except Exception`` on the way swallows it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class GracefulStop:
-    """SIGINT and SIGTERM for a whole run: the first one asks the trainer to stop after its current
-    step, once a checkpoint is written (``stop()`` returns the signal's number, 0 before any).
-
-    Inside :meth:`immediately` (the final outputs, once training is done and checkpointed) a signal
-    raises :class:`Stopped` at once instead. A second SIGINT (Ctrl-C again) stops at once anywhere;
-    a repeated SIGTERM does not (schedulers and launchers send it again while the run stops).
-    """
-
-    def __init__(self) -> None:
-        self.signum = 0
-        self._immediate = False
-        self._previous: dict[int, Any] = {}
-
-    def __call__(self) -> int:
-        return self.signum
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            return
-        self.signum = signum
-        if self._immediate:
-            raise Stopped(signum)
-        print(
-            f"cvae: {signal.Signals(signum).name}: stopping after this step, once a checkpoint is "
-            "written (Ctrl-C again to stop at once)",
-            file=sys.stderr,
-        )
-
-    @contextlib.contextmanager
-    def immediately(self) -> Iterator[None]:
-        """A block a signal interrupts at once (raising :class:`Stopped`), as one that came
-        before it does on entering."""
-        if self.signum:
-            raise Stopped(self.signum)
-        self._immediate = True
-        try:
-            yield
-        finally:
-            self._immediate = False
-
-    def install(self) -> None:
-        """Take SIGINT and SIGTERM (again: ``jax.distributed.initialize`` puts its own SIGTERM
-        handler in place, a preemption notifier that only records the signal)."""
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.signal(sig, self._handle)
-                self._previous.setdefault(sig, previous)
-
-    def __enter__(self) -> GracefulStop:
-        self.install()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-
-AGREE_EVERY = 10  # in a run of several processes, steps between agreements on stopping and time
-
-
-class Cadence:
-    """``decide`` for the trainer: after step ``t``, whether to write a checkpoint and whether to
-    stop. A checkpoint every ``every`` steps or ``seconds`` after the previous one, whichever comes
-    first (0: never by that measure), and one when ``stop()`` names a signal, which also stops.
-
-    ``agree`` (a run of several processes: :meth:`cvae_rosetta.app.distributed.Cluster.agree`)
-    makes the processes decide alike, since a signal may reach only one of them and their clocks
-    differ: every :data:`AGREE_EVERY` steps and at every epoch's end, each process's signal and
-    "a checkpoint is late" are reduced to their maximum over all processes. ``stopped_by`` is the
-    signal the run stopped for (agreed, so the same in every process).
-    """
-
-    def __init__(
-        self,
-        every: int = 0,
-        seconds: float = 0.0,
-        stop: Callable[[], int] | None = None,
-        agree: Callable[..., tuple[int, ...]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.every, self.seconds, self.stop, self.agree = every, seconds, stop, agree
-        self.clock = clock
-        self.last = clock()  # when the latest checkpoint was written (or the run started)
-        self.stopped_by = 0
-
-    def __call__(self, step: int, boundary: bool = False) -> tuple[bool, bool]:
-        counted = bool(self.every) and step % self.every == 0
-        if self.agree is not None and not boundary and step % AGREE_EVERY:
-            if counted:  # decided alike without asking: by the step count alone
-                self.last = self.clock()
-            return counted, False
-        now = self.clock()
-        signum = self.stop() if self.stop is not None else 0
-        late = bool(self.seconds) and now - self.last >= self.seconds
-        if self.agree is not None:
-            late, signum = self.agree(int(late), signum)
-        if signum:
-            self.stopped_by = signum
-        save = counted or bool(late) or bool(signum)
-        if save:
-            self.last = now
-        return save, bool(signum)
-
-
-# --- the canonical checkpoint file (cvae convert) -------------------------------------------------
-
-NPZ_METADATA = "metadata.json"
-
-
-def latest_of_run(run_dir: Path, *, step: int | None = None) -> Checkpoint:
-    """A run's checkpoint at ``step``, or its newest intact one."""
-    checkpoints = Checkpoints(checkpoints_of(run_dir))
-    try:
-        if step is None:
-            found, damaged = checkpoints.latest(latest_good=True)
-            for number, reason in damaged:
-                print(
-                    f"cvae: warning: skipped damaged checkpoint {number}: {reason}", file=sys.stderr
-                )
-            return found
-        if step not in checkpoints.steps():
-            raise CheckpointError(
-                f"step: expected one of the checkpoints {checkpoints.steps()}, got {step}"
-            )
-        return checkpoints.restore(step)
-    finally:
-        checkpoints.close()
-
-
-def write_npz(path: Path, flat: dict[str, np.ndarray], metadata: dict[str, Any]) -> None:
-    """Arrays and a JSON document (a 0-d unicode array, so no pickle) in one NPZ, atomically."""
-    document = {NPZ_METADATA: np.array(json.dumps(metadata))}
-    files.atomic_write(path, lambda handle: np.savez(handle, **flat, **document))
-
-
-def read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    import zipfile
-    import zlib
-
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            flat = {key: npz[key] for key in npz.files}
-        metadata = json.loads(str(flat.pop(NPZ_METADATA)))
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
-        raise CheckpointError(
-            f"{path}: expected a canonical checkpoint (NPZ with {NPZ_METADATA}), got "
-            f"{type(err).__name__}: {err}"
-        ) from err
-    return flat, metadata
-
-
-def convert(
-    run_dir: Any, out: Any, *, step: Any = None, overwrite: bool = False
-) -> tuple[Path, dict[str, Any]]:
-    """``cvae convert``: a run's checkpoint (or, without any, its ``params.npz``) as one canonical
-    NPZ at ``out``; returns the path and its metadata."""
-    from cvae_rosetta.app import rundir as run
-
-    out = check_out_file(out, suffixes=(".npz",), overwrite=overwrite)
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise ConfigError(f"step: expected an integer >= 0, got {step!r}")
-    path, data, config = read_run(run_dir)
-    if has_checkpoints(path):
-        checkpoint = latest_of_run(path, step=step)
-        meta = checkpoint.metadata()
-        meta["source"] = {"run": str(path), "checkpoint": checkpoint.step}
-        flat = flatten(checkpoint.arrays())
-    else:
-        if step is not None:
-            raise CheckpointError(
-                f"step: expected a run with checkpoints, got {path}, which has none"
-            )
-        params_file = path / "params.npz"
-        if not params_file.is_file():
-            raise CheckpointError(
-                f"run_dir: expected checkpoints or params.npz in {path}, got neither"
-            )
-        params = run.load_params(params_file)
-        canonical.check(params, config.model, field=str(params_file))
-        flat = {f"params/{k}": v for k, v in run.flatten_params(params).items()}
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "impl": data["impl"],
-            "config": config.to_dict(),
-            "params_only": True,  # no optimiser state: the run kept none
-            "arrays": {name: array_digest(a) for name, a in flat.items()},
-            "source": {"run": str(path), "params": "params.npz"},
-        }
-    write_npz(out, flat, meta)
-    return out, meta
-
-
-def load_npz(path: Any) -> Checkpoint | dict[str, Any]:
-    """A canonical NPZ of :func:`convert`: the whole :class:`Checkpoint`, or for a params-only file
-    the canonical parameters."""
-    path = Path(path)
-    flat, meta = read_npz(path)
-    if isinstance(meta, dict) and meta.get("params_only"):
-        from cvae_rosetta.app import rundir as run
-
-        params = run.unflatten_params(
-            {k.removeprefix("params/"): v for k, v in flat.items()}, source=str(path)
-        )
-        canonical.check(params, Config.from_dict(meta["config"]).model, field=str(path))
-        return params
-    return from_parts(flat, meta, source=str(path))
-
-
-def check_out_file(path: Any, *, suffixes: tuple[str, ...], overwrite: bool = False) -> Path:
-    """An output file: a wanted suffix, an existing directory to write it in, never an existing
-    file replaced unless ``overwrite``."""
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise ConfigError(f"out: expected a file path ending in {' or '.join(suffixes)}, got none")
-    out = Path(path).expanduser()
-    if out.suffix.lower() not in suffixes:
-        raise ConfigError(
-            f"out: expected a file name ending in {' or '.join(suffixes)}, got {out.name!r}"
-        )
-    if out.is_dir():
-        raise ConfigError(f"out: expected a file, got the directory {out}")
-    if out.exists() and not overwrite:
-        raise ConfigError(
-            f"out: expected a new file, got {out}, which exists (overwrite=True replaces it)"
-        )
-    if not out.parent.is_dir():
-        raise ConfigError(f"out: expected an existing directory for {out.name}, got {out.parent}")
-    if not os.access(out.parent, os.W_OK):
-        raise ConfigError(f"out: expected a writable directory, got {out.parent}")
-    return out

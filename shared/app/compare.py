@@ -15,8 +15,11 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
 from cvae_rosetta import files
-from cvae_rosetta.app import evaluate, images
+from cvae_rosetta.app import evaluate, frameworks, images
 from cvae_rosetta.app.data import Dataset
 from cvae_rosetta.app.rundir import (
     MetricsLog,
@@ -24,7 +27,6 @@ from cvae_rosetta.app.rundir import (
     save_config,
     save_params,
     summary_table,
-    write_json,
     write_pictures,
 )
 from cvae_rosetta.app.trainer import RunKeys, train
@@ -95,16 +97,17 @@ def compare(
     Everything (the names, the reference, the data, ``workdir``) is checked before anything is
     written; ``given`` as in :func:`cvae_rosetta.app.train.fit_to_data`.
     """
-    from cvae_rosetta.app import rundir, train
+    from cvae_rosetta.app import rundir
+    from cvae_rosetta.app.train import fit_to_data, start_devices
 
     evaluate.check_iw_samples(iw_samples)
     names = list(installed_names() if names is None else names)
     if not names:
         raise ConfigError("impls: expected at least one implementation name, got none")
     for name in [*names, REFERENCE]:
-        protocol.load(name)
-    train.start_devices(config)
-    config, dataset = train.fit_to_data(config, given)
+        frameworks.load(name)
+    start_devices(config)
+    config, dataset = fit_to_data(config, given)
     out = rundir.check_out_dir(workdir, overwrite=overwrite)
     rundir.make_out_dir(out, overwrite=overwrite)
     rows = run(names, config, dataset, out, progress=progress, iw_samples=iw_samples)
@@ -127,10 +130,10 @@ def run(
     ``params.npz``), evaluated with one shared classifier into its ``evaluation.json``; the table
     shows the evaluation's headline figures, a row per implementation by its name.
     """
-    loaded = [protocol.load(spec) for spec in names]  # every name resolves before any work
+    loaded = [frameworks.load(spec) for spec in names]  # every name resolves before any work
     impls = dict(zip(labels(loaded, names), zip(names, loaded, strict=True), strict=True))
     keys = RunKeys.from_seed(config.train.seed)
-    reference = protocol.load(REFERENCE)
+    reference = frameworks.load(REFERENCE)
     initial = reference.to_canonical(reference.init(keys.init, config))
     save_config(out, config, command="compare", impls=names, folders=list(impls))
     classifier = evaluate.fit_classifier(dataset)
@@ -166,7 +169,7 @@ def run(
             out=run_dir,
             title=name,
         )
-        write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
+        files.write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
         final = result.final()
         row = {
             "impl": name,
@@ -183,7 +186,7 @@ def run(
 
     base = next((o for o in outcomes if impls[o.name][1] is reference), outcomes[0])
     for o in outcomes:
-        o.row["max_param_diff"] = canonical.max_abs_difference(o.params, base.params)
+        o.row["max_param_diff"] = max_abs_difference(o.params, base.params)
         o.row["reference"] = base.name
     rows = [o.row for o in outcomes]
 
@@ -199,9 +202,15 @@ def run(
         [o.name for o in outcomes],
         out / "samples.png",
     )
-    write_json(out / "summary.json", {"rows": rows, "reference": base.name})
+    files.write_json(out / "summary.json", {"rows": rows, "reference": base.name})
     files.write_text(out / "summary.md", markdown_table(rows) + "\n")
     return rows
+
+
+def max_abs_difference(a: canonical.Canonical, b: canonical.Canonical) -> float:
+    """The largest absolute difference between two canonical trees of the same structure."""
+    diffs = jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), a, b)
+    return max(jax.tree.leaves(diffs), default=0.0)
 
 
 def _cell(text: str) -> str:

@@ -436,6 +436,13 @@ def _as_key(key: Any) -> jax.Array:
     return typed
 
 
+def batches_per_epoch(num_examples: int, batch_size: int, remainder: str = "drop") -> int:
+    """The batches of one epoch over ``num_examples`` rows, a step each: a partial last batch is
+    dropped (``remainder="drop"``) or padded to a full one (``"pad"``), as :class:`EpochBatches`
+    cuts them."""
+    return num_examples // batch_size if remainder == "drop" else -(-num_examples // batch_size)
+
+
 @functools.partial(jax.jit, static_argnames=("num_batches", "batch_size"))
 def _gather_epoch(
     key: jax.Array, x: jax.Array, c: jax.Array, *, num_batches: int, batch_size: int
@@ -479,8 +486,7 @@ class EpochBatches:
             )
         self.batch_size = int(batch_size)
         self.remainder = remainder
-        self.num_examples = n
-        self.num_batches = n // self.batch_size if remainder == "drop" else -(-n // self.batch_size)
+        self.num_batches = batches_per_epoch(n, self.batch_size, remainder)
         self.x = jax.device_put(np.asarray(split.x))
         self.c = jax.device_put(np.asarray(split.c))
 

@@ -89,7 +89,7 @@ class Cluster:
         """Arrange this process's host devices and join the run (blocks until all have joined)."""
         import jax
 
-        from cvae_rosetta.spec import parallel
+        from cvae_rosetta.app import parallel
 
         config = self.config
         parallel.arrange_cpu_devices(config.train.devices // self.num_processes)
@@ -107,13 +107,40 @@ class Cluster:
     def agree(self, *values: int) -> tuple[int, ...]:
         """Each value's maximum over all processes (one small all-gather): how the processes
         agree to stop, or to write a checkpoint, when only some of them know
-        (:class:`cvae_rosetta.app.checkpoint.Cadence`). Every process must call it at the same
+        (:class:`cvae_rosetta.app.signals.Cadence`). Every process must call it at the same
         point."""
         import numpy as np
         from jax.experimental import multihost_utils
 
         gathered = multihost_utils.process_allgather(np.asarray(values, np.int32))
         return tuple(int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0))
+
+
+def cluster_from(
+    config: Config,
+    *,
+    distributed: bool,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    devices_given: bool = False,
+) -> Cluster | None:
+    """This process's place in a run of several processes (``None`` for a run of one), checked
+    before JAX starts: ``coordinator``, ``num_processes`` and ``process_id`` are given with
+    ``distributed`` and only with it. ``devices_given``: ``train.devices`` was set on purpose
+    (otherwise each process brings one device)."""
+    if distributed:
+        return Cluster.create(
+            coordinator, num_processes, process_id, config, devices_given=devices_given
+        )
+    for name, value in (
+        ("coordinator", coordinator),
+        ("num_processes", num_processes),
+        ("process_id", process_id),
+    ):
+        if value is not None:
+            raise ConfigError(f"{name}: expected only with distributed=True, got {value!r}")
+    return None
 
 
 # --- the launcher ---------------------------------------------------------------------------------
@@ -125,11 +152,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _forward(stream, prefix: str, sink) -> None:
+class _Refusals:
+    """The refusals already shown: every process meets the same bad input and says so in the same
+    line (``cvae: error: ...``); the launcher shows that line once."""
+
+    def __init__(self) -> None:
+        self._shown: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, line: str) -> bool:
+        if not line.startswith("cvae: error: "):
+            return True
+        with self._lock:
+            seen = line in self._shown
+            self._shown.add(line)
+        return not seen
+
+
+def _forward(stream, prefix: str, sink, refusals: _Refusals) -> None:
     for line in iter(stream.readline, ""):
-        sink.write(prefix + line)
-        sink.flush()
+        if refusals.first(line):
+            sink.write(prefix + line)
+            sink.flush()
     stream.close()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return _is_int(value) or isinstance(value, float)
 
 
 def launch(
@@ -145,7 +198,7 @@ def launch(
     Returns 0 when every process succeeds, else the first failing exit status (124 on timeout).
     Every process is stopped (SIGTERM, then SIGKILL after ``grace`` seconds) before returning.
     """
-    if not isinstance(num_processes, int) or num_processes < 1:
+    if not _is_int(num_processes) or num_processes < 1:
         raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
     command = list(command)
     if command[:1] == ["--"]:
@@ -155,12 +208,15 @@ def launch(
             f"launch: expected a train command after --, as in `cvae launch --num-processes 2 "
             f"-- train --impl pure_jax ...`, got {' '.join(command) or 'nothing'!r}"
         )
-    if timeout is not None and timeout <= 0:
+    if port is not None and (not _is_int(port) or not 0 < port < 65536):
+        raise ConfigError(f"port: expected an integer in [1, 65535], got {port!r}")
+    if timeout is not None and (not _is_number(timeout) or not timeout > 0):
         raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     coordinator = f"127.0.0.1:{port or free_port()}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs: list[subprocess.Popen] = []
     threads = []
+    refusals = _Refusals()
     for i in range(num_processes):
         argv = [
             sys.executable,
@@ -182,7 +238,8 @@ def launch(
         )
         procs.append(proc)
         for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-            t = threading.Thread(target=_forward, args=(stream, f"[{i}] " if i else "", sink))
+            prefix = f"[{i}] " if i else ""
+            t = threading.Thread(target=_forward, args=(stream, prefix, sink, refusals))
             t.daemon = True
             t.start()
             threads.append(t)

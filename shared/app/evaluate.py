@@ -512,14 +512,13 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
 
 def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> list[dict[str, Any]]:
     """``cvae evaluate --run``: check everything, then evaluate and write ``evaluation.json``."""
-    from cvae_rosetta.app import data
+    from cvae_rosetta.app import data, frameworks
     from cvae_rosetta.app import rundir as run
-    from cvae_rosetta.spec import protocol
 
     k = check_iw_samples(iw_samples)
     runs = find_runs(path)
     config = runs[0].config
-    impls = {r.impl_name: protocol.load(r.impl_name) for r in runs}
+    impls = {r.impl_name: frameworks.load(r.impl_name) for r in runs}
     params = {r.impl_name: run.load_params(r.directory / PARAMS_FILE) for r in runs}
     dataset = data.load(config.data)
     for name, actual in (
@@ -553,6 +552,6 @@ def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> l
                 out=r.directory,
                 title=getattr(impl, "name", r.impl_name),
             )
-            run.write_json(r.directory / EVALUATION_FILE, {"impl": r.impl_name, **result})
+            files.write_json(r.directory / EVALUATION_FILE, {"impl": r.impl_name, **result})
         results.append({"impl": r.impl_name, "directory": str(r.directory), **result})
     return results

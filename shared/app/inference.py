@@ -50,12 +50,11 @@ def image_shape_of(config: Config) -> tuple[int, int]:
 
 def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
     """The run's parameters in ``impl_name`` (default: the implementation the run names)."""
-    from cvae_rosetta.app import checkpoint
+    from cvae_rosetta.app import checkpoint, frameworks, resuming
     from cvae_rosetta.app import rundir as run
-    from cvae_rosetta.spec import protocol
 
-    path, data, config = checkpoint.read_run(run_dir)
-    impl = protocol.load(impl_name or data["impl"])
+    path, data, config = resuming.read_run(run_dir)
+    impl = frameworks.load(impl_name or data["impl"])
     if checkpoint.has_checkpoints(path):
         found = checkpoint.latest_of_run(path)
         params, step = found.state["params"], found.step
@@ -220,11 +219,11 @@ def sample_run(
     """``cvae sample``: ``count`` images of each label (one label, a comma-separated string of
     them, or a list) from the run in ``run_dir``, written to ``out`` (``.png`` grid or ``.npz``).
     Everything is checked before anything is computed. Returns the path, the model, the count."""
-    from cvae_rosetta.app import checkpoint
+    from cvae_rosetta.app import convert
 
     count = check_count(count)
     seed = check_seed(seed)
-    path = checkpoint.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
+    path = convert.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
     trained = load_trained(run_dir, impl)
     text = ",".join(map(str, labels)) if isinstance(labels, (list, tuple)) else labels
     wanted = check_labels(text, trained.config.model.num_classes)
@@ -238,10 +237,10 @@ def reconstruct_run(
 ) -> tuple[Path, Trained, int]:
     """``cvae reconstruct``: the first ``count`` test examples of the run's data set and their
     reconstructions, written to ``out`` (``.png`` grid or ``.npz``)."""
-    from cvae_rosetta.app import checkpoint
+    from cvae_rosetta.app import convert
 
     count = check_count(count)
-    path = checkpoint.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
+    path = convert.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
     trained = load_trained(run_dir, impl)
     x, c, recon = reconstruct(trained, count)
     write_reconstructions(trained, path, x, c, recon)

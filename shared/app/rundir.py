@@ -128,12 +128,6 @@ def claim_out_dir(out: Path, *, overwrite: bool, command: str) -> RunLock:
     return lock
 
 
-def write_json(path: Path, data: Any) -> None:
-    """``data`` as JSON indented by 2 with a final newline, written atomically with the umask's
-    permissions (:func:`cvae_rosetta.files.write_json`)."""
-    files.write_json(path, data)
-
-
 class MetricsLog:
     """``metrics.jsonl``: one JSON record per line, flushed as it is made."""
 
@@ -210,7 +204,7 @@ def summary_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]
 
 def save_config(out: Path, config: Config, **extra: Any) -> None:
     """``config.json``: the whole resolved config under ``"config"``, beside what else is given."""
-    write_json(out / RUN_MARKER, {**extra, "config": config.to_dict()})
+    files.write_json(out / RUN_MARKER, {**extra, "config": config.to_dict()})
 
 
 # --- parameters -----------------------------------------------------------------------------------

@@ -32,14 +32,24 @@ import contextlib
 import dataclasses
 import signal
 import sys
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
-from cvae_rosetta.app import checkpoint, evaluate, images, rundir
-from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app import (
+    checkpoint,
+    evaluate,
+    frameworks,
+    images,
+    parallel,
+    resuming,
+    rundir,
+    signals,
+)
+from cvae_rosetta.app.data import Dataset, batches_per_epoch
 from cvae_rosetta.app.trainer import (
     ProfileSteps,
     RunKeys,
@@ -47,7 +57,6 @@ from cvae_rosetta.app.trainer import (
     check_debug_nans,
     train,
 )
-from cvae_rosetta.spec import parallel, protocol
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -55,6 +64,7 @@ TB_DIR = "tb"  # the TensorBoard event files (cvae_rosetta.app.tensorboard)
 PROFILE_DIR = "profile"  # the jax.profiler trace of Options.profile_steps, in the run directory
 STOPPED = 128 + signal.SIGINT  # 130: the exit status of a run stopped by Ctrl-C, checkpointed
 TERMINATED = 128 + signal.SIGTERM  # 143: the same for SIGTERM (a scheduler's preemption)
+RUNS_DIR = Path("runs")  # where a command writes when given no directory (default_out)
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,18 @@ class Outcome:
         return bool(self.stopped_by)
 
 
+def default_out(name: str) -> Path:
+    """Where a command writes when given no directory: ``runs/NAME-YYYYmmdd-HHMMSS`` (``NAME``:
+    an implementation's short name, ``compare`` or ``bench``)."""
+    return RUNS_DIR / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def default_workdir(impl: str) -> Path:
+    """The run directory of :func:`train_and_evaluate` when given none: :func:`default_out` of the
+    implementation ``impl`` names (a short name or ``module:attribute``, loaded for its name)."""
+    return default_out(frameworks.load(impl).name)
+
+
 def exit_status(outcome: Outcome) -> int:
     """0 for a finished run; 128 + the signal for a stopped one (130 SIGINT, 143 SIGTERM)."""
     return 128 + outcome.stopped_by if outcome.stopped else 0
@@ -142,8 +164,7 @@ def fit_to_data(config: Config, given: Collection[str] = ()) -> tuple[Config, Da
 
 def steps_per_epoch(config: Config, dataset: Dataset) -> int:
     """Batches of one epoch (``data.remainder``: a partial last batch dropped or padded)."""
-    n, b = len(dataset.train), config.data.batch_size
-    return n // b if config.data.remainder == "drop" else -(-n // b)
+    return batches_per_epoch(len(dataset.train), config.data.batch_size, config.data.remainder)
 
 
 def total_steps(config: Config, dataset: Dataset) -> int:
@@ -180,10 +201,10 @@ def train_and_evaluate(
     options.check(config)
     if cluster is not None:
         config = cluster.config
-    impl = protocol.load(options.impl)
+    impl = frameworks.load(options.impl)
     writer = cluster is None or cluster.process_id == 0  # the one process that writes outputs
     out = rundir.check_out_dir(workdir, overwrite=options.overwrite) if writer else None
-    with checkpoint.GracefulStop() as stop:  # start-up included: it stops at the first step
+    with signals.GracefulStop() as stop:  # start-up included: it stops at the first step
         start_devices(config, cluster)
         stop.install()  # again, after jax.distributed took SIGTERM
         config, dataset = fit_to_data(config, given)
@@ -222,12 +243,12 @@ def resume(
     change is refused naming every differing field. ``options.impl`` defaults to the run's own.
     """
     options = options or Options(impl="")
-    with checkpoint.GracefulStop() as stop:
-        opened = checkpoint.Resume.open(workdir, latest_good=options.latest_good)
+    with signals.GracefulStop() as stop:
+        opened = resuming.Resume.open(workdir, latest_good=options.latest_good)
         config = _changed(opened.config, changes or {}, what=f"the run in {opened.directory}")
         options = dataclasses.replace(options, impl=options.impl or opened.run["impl"])
         options.check(config)
-        impl = protocol.load(options.impl)
+        impl = frameworks.load(options.impl)
         lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
         with lock, _in(opened.directory):
             return _resume_locked(opened, impl, config, options, changes or {}, stop)
@@ -244,12 +265,12 @@ def _in(workdir: Path) -> Iterator[None]:
 
 
 def _resume_locked(
-    opened: checkpoint.Resume,
+    opened: resuming.Resume,
     impl: Any,
     config: Config,
     options: Options,
     changes: Mapping[str, Any],
-    stop: checkpoint.GracefulStop,
+    stop: signals.GracefulStop,
 ) -> Outcome:
     start_devices(config)
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
@@ -260,7 +281,7 @@ def _resume_locked(
     records = opened.check(config, dataset)
     state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
     for step, reason in opened.damaged:
-        aside = opened.directory / checkpoint.DAMAGED_DIR
+        aside = opened.directory / resuming.DAMAGED_DIR
         print(
             f"warning: checkpoint {step} is damaged ({reason}); moved to {aside}", file=sys.stderr
         )
@@ -299,12 +320,12 @@ def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config
             raise ConfigError(f"changes: expected config fields like 'train.epochs', got {name!r}")
         data[section][key] = list(value) if isinstance(value, tuple) else value
     config = Config.from_dict(data)
-    checkpoint.refuse_config_changes(stored, config, what=what)
+    resuming.refuse_config_changes(stored, config, what=what)
     return config
 
 
-def _cadence(options: Options, stop: checkpoint.GracefulStop, agree: Any) -> checkpoint.Cadence:
-    return checkpoint.Cadence(
+def _cadence(options: Options, stop: signals.GracefulStop, agree: Any) -> signals.Cadence:
+    return signals.Cadence(
         options.checkpoint_every, options.checkpoint_every_seconds, stop=stop, agree=agree
     )
 
@@ -318,7 +339,7 @@ def _train_into(
     keys: RunKeys,
     options: Options,
     *,
-    stop: checkpoint.GracefulStop,
+    stop: signals.GracefulStop,
     agree: Any = None,
     start: Any = None,
     history: Any = (),
@@ -370,7 +391,7 @@ def _train_into(
     try:
         with stop.immediately():
             _write_outputs(outcome, impl, dataset, keys, options)
-    except checkpoint.Stopped as stopped:
+    except signals.Stopped as stopped:
         outcome.stopped_by = stopped.signum
     return outcome
 
@@ -394,14 +415,14 @@ def _write_outputs(
         "steps_per_second": result.steps_per_second,
     }
     with files.writing("the summary", out / rundir.SUMMARY_FILE):
-        rundir.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
+        files.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
     with files.writing("the final parameters", out / evaluate.PARAMS_FILE):
         rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
     with files.writing("the evaluation", out):
         outcome.evaluation = evaluate.evaluate(
             impl, result.state, dataset, config.train.seed, iw_samples=options.iw_samples, out=out
         )
-        rundir.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
+        files.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
     outcome.written = [*rundir.RUN_FILES, *rundir.EVALUATION_FILES]
     outcome.written += [f"{d}/" for d in (TB_DIR, PROFILE_DIR) if (out / d).is_dir()]
 

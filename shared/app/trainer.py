@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta.app.data import Dataset, EpochBatches, Split, eval_batches
+from cvae_rosetta.app.parallel import epoch_step
 from cvae_rosetta.spec import optim, parallel
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
@@ -250,7 +251,7 @@ def train(
     ``decide(t, boundary)`` says so; it is asked before the first step, after every step and at
     every epoch's end (``boundary`` true at the first and the last), and again after each
     checkpoint (a signal may come while it is written), and answers ``(write a checkpoint, stop)``
-    (a stop writes one first; :class:`cvae_rosetta.app.checkpoint.Cadence`).
+    (a stop writes one first; :class:`cvae_rosetta.app.signals.Cadence`).
     Every step up to ``progress.position.step`` has been recorded by then. A checkpoint due at an
     epoch's last step is made after that epoch's record. In a run of several processes every
     process asks at the same steps, so their answers may be agreed.
@@ -261,60 +262,192 @@ def train(
     ``on_epoch(state, record)`` receives the single-device state after each epoch's record (for
     pictures of the model as it trains). ``profile``: steps to trace (:class:`ProfileSteps`).
     """
-    batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
-    plan = parallel.Plan.of(config)
-    parallel.check_mechanism(plan.mechanism, impl)
-    check_debug_nans(debug_nans, config)
-    emit = on_record or (lambda record: None)
-    records: list[Record] = list(history)
-    resumed = start is not None  # from a checkpoint at its own position
-    start = start or Progress.start()
-    epochs, num_batches = config.train.epochs, batches.num_batches
-    first = start.position
-    if first.step != first.epoch * num_batches + first.batch or not 0 <= first.batch < num_batches:
-        raise CvaeError(
-            f"start: expected step = epoch * {num_batches} + batch with batch in [0, "
-            f"{num_batches}), got step {first.step}, epoch {first.epoch}, batch {first.batch}"
-        )
+    run = _Training(
+        impl,
+        config,
+        dataset,
+        keys,
+        start=start,
+        history=history,
+        debug_nans=debug_nans,
+        eval_batch_size=eval_batch_size,
+        on_record=on_record,
+        on_checkpoint=on_checkpoint,
+        decide=decide,
+        on_epoch=on_epoch,
+        profile=profile,
+    )
+    run.begin(state, progress=progress, desc=desc)
+    return run.run()
 
-    def record(event: Record) -> None:
-        records.append(event)
-        emit(event)
 
-    def epoch_data(number: int):
+class _Training:
+    """One call of :func:`train`, a method per phase: :meth:`begin` (start or resume: the state
+    placed, the step compiled), :meth:`run` (the epochs, each :meth:`_epoch`: its steps, its record,
+    the checkpoints due), :meth:`_checkpoint`, :meth:`_stop` (a stop asked for, after a checkpoint)
+    and :meth:`_end`. Every key, write and record comes in the same order in every run, so a
+    resumed run repeats the records of an uninterrupted one."""
+
+    def __init__(
+        self,
+        impl: Implementation,
+        config: Config,
+        dataset: Dataset,
+        keys: RunKeys,
+        *,
+        start: Progress | None,
+        history: Sequence[Record],
+        debug_nans: bool,
+        eval_batch_size: int,
+        on_record: Callable[[Record], None] | None,
+        on_checkpoint: Callable[[Any, Progress], None] | None,
+        decide: Callable[[int, bool], tuple[bool, bool]] | None,
+        on_epoch: Callable[[Any, Record], None] | None,
+        profile: ProfileSteps | None,
+    ) -> None:
+        """Check the run before anything is placed on a device or compiled."""
+        self.impl, self.config, self.dataset, self.keys = impl, config, dataset, keys
+        self.batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
+        self.plan = parallel.Plan.of(config)
+        parallel.check_mechanism(self.plan.mechanism, impl)
+        check_debug_nans(debug_nans, config)
+        self.debug_nans, self.eval_batch_size, self.profile = debug_nans, eval_batch_size, profile
+        self.emit = on_record or (lambda record: None)
+        self.on_checkpoint, self.on_epoch = on_checkpoint, on_epoch
+        self.records: list[Record] = list(history)
+        self.resumed = start is not None  # from a checkpoint at its own position
+        self.start = start or Progress.start()
+        self.epochs, self.num_batches = config.train.epochs, self.batches.num_batches
+        first = self.first = self.start.position
+        if (
+            first.step != first.epoch * self.num_batches + first.batch
+            or not 0 <= first.batch < self.num_batches
+        ):
+            raise CvaeError(
+                f"start: expected step = epoch * {self.num_batches} + batch with batch in [0, "
+                f"{self.num_batches}), got step {first.step}, epoch {first.epoch}, batch "
+                f"{first.batch}"
+            )
+        self.decide = decide or (lambda t, boundary: (False, False))
+
+    # --- start or resume --------------------------------------------------------------------------
+
+    def begin(self, state: Any, *, progress: bool, desc: str | None) -> None:
+        """Place ``state``, load the first epoch's data, compile the step (timed) and open the
+        progress bar, at the run's start or where it resumes."""
+        first, impl = self.first, self.impl
+        self.state = self.plan.place_state(state)
+        self.loaded = min(first.epoch, self.epochs - 1)
+        self.xs, self.cs = self._epoch_data(self.loaded)
+        index = jnp.zeros((), jnp.int32)
+        begin = time.perf_counter()
+        step = epoch_step(self.plan, impl, debug_nans=self.debug_nans)
+        step = step.lower(self.state, self.xs, self.cs, index, self.keys.train, index)
+        self.compiled = step.compile()
+        self.compile_seconds = time.perf_counter() - begin
+        self.eval_loss = jax.jit(impl.loss)
+        name = desc or getattr(impl, "name", "train")
+        self.bar = _progress(self.epochs * self.num_batches, name, progress, first.step)
+        self.t = first.step
+        self.train_seconds = self.start.seconds
+        self.session_seconds = 0.0
+        self.tick = 0.0  # when the training time counted last began
+        self.pending: list[Any] = []  # this epoch's step metrics on the device, not recorded yet
+        self.done = [tuple(m) for m in self.start.epoch_metrics]  # this epoch's recorded metrics
+        self.saved_at = first.step if self.resumed else None  # the step of the latest checkpoint
+        self.tracing = False
+
+    def run(self) -> TrainResult:
+        """The epochs left, after :meth:`begin`; the result where the run ends or stops."""
+        try:
+            # stopped while starting: at the checkpoint it starts from
+            if self.decide(self.t, True)[1]:
+                self._checkpoint(self.first.epoch, self.first.batch)
+                return self._result(self.start, stopped=True)
+            for epoch in range(self.first.epoch, self.epochs):
+                stopped = self._epoch(epoch)
+                if stopped is not None:
+                    return stopped
+        finally:
+            self.bar.close()
+            if self.tracing:  # stopped inside the traced steps: what was traced so far
+                self.profile.stop()
+        return self._end()
+
+    # --- an epoch ---------------------------------------------------------------------------------
+
+    def _epoch_data(self, number: int):
         """The epoch's shuffled batches, ``[num_batches, B, ...]``, each batch's rows split over
         the plan's devices (across processes, each process places only its own rows)."""
-        xs, cs = batches.epoch(jax.random.fold_in(keys.shuffle, number))
-        if plan.mechanism == "none":
+        xs, cs = self.batches.epoch(jax.random.fold_in(self.keys.shuffle, number))
+        if self.plan.mechanism == "none":
             return xs, cs
-        return plan.place_rows(xs, axis=1), plan.place_rows(cs, axis=1)
+        return self.plan.place_rows(xs, axis=1), self.plan.place_rows(cs, axis=1)
 
-    state = plan.place_state(state)
-    loaded = min(first.epoch, epochs - 1)
-    xs, cs = epoch_data(loaded)
-    index = jnp.zeros((), jnp.int32)
-    begin = time.perf_counter()
-    step = parallel.epoch_step(plan, impl, debug_nans=debug_nans)
-    step = step.lower(state, xs, cs, index, keys.train, index)
-    step = step.compile()
-    compile_seconds = time.perf_counter() - begin
-    eval_loss = jax.jit(impl.loss)
+    def _epoch(self, epoch: int) -> TrainResult | None:
+        """Epoch ``epoch`` from where the run stands: its steps, its record and the checkpoints
+        due; the result if the run stops in it."""
+        if epoch != self.loaded:
+            self.xs, self.cs = self._epoch_data(epoch)
+        if epoch != self.first.epoch:
+            self.done = []
+        stopped = self._steps(epoch)
+        return stopped if stopped is not None else self._epoch_end(epoch)
 
-    name = desc or getattr(impl, "name", "train")
-    bar = _progress(epochs * num_batches, name, progress, first.step)
-    t = first.step
-    train_seconds = start.seconds
-    session_seconds = 0.0
-    pending: list[Any] = []  # this epoch's step metrics on the device, not recorded yet
-    done = [tuple(m) for m in start.epoch_metrics]  # this epoch's recorded step metrics
-    saved_at = [first.step if resumed else None]  # the step of the latest checkpoint
+    def _steps(self, epoch: int) -> TrainResult | None:
+        """The epoch's steps left, and the checkpoints due between them; the result if the run
+        stops at one."""
+        jax.block_until_ready((self.xs, self.cs))
+        self.tick = time.perf_counter()
+        for i in range(self.first.batch if epoch == self.first.epoch else 0, self.num_batches):
+            self._step(epoch, i)
+            if i == self.num_batches - 1:
+                break
+            save, stop = self.decide(self.t, False)
+            if save:
+                self._flush(epoch)
+                self._count_seconds()
+                self._checkpoint(epoch, i + 1)
+                if stop or self.decide(self.t, False)[1]:  # asked before the checkpoint, or in it
+                    return self._stop(epoch, i + 1)
+                self.tick = time.perf_counter()
+        return None
 
-    def flush(epoch: int) -> None:
+    def _step(self, epoch: int, i: int) -> None:
+        """Dispatch batch ``i``'s step (its metrics stay on the device) and check the one before."""
+        t, step, profile = self.t, self.compiled, self.profile
+        if profile is None:
+            out = step(self.state, self.xs, self.cs, np.int32(i), self.keys.train, np.int32(t))
+        else:
+            with profile.around(t + 1, self.state) as self.tracing:
+                out = step(self.state, self.xs, self.cs, np.int32(i), self.keys.train, np.int32(t))
+        if self.debug_nans:
+            error, out = out
+            if error.get():
+                self._flush(epoch)  # the steps before it are kept
+                _raise_first_nan(error, self.impl, t, epoch)
+        self.state, metrics = out
+        self.pending.append(metrics)
+        self.t += 1
+        if self.tracing and self.t == profile.last:
+            profile.stop((self.state, metrics))
+            self.tracing = False
+        # Checked one step behind, so the device is never idle for it: a non-finite step
+        # stops the run before the next one is even recorded.
+        if len(self.pending) > 1 and not bool(self.pending[-2]["finite"]):
+            self._flush(epoch)
+        self.bar.update(1)
+        if i % 10 == 9 or i == self.num_batches - 1:
+            loss = f"{float(metrics['loss']):.3f}"
+            self.bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
+
+    def _flush(self, epoch: int) -> None:
         """Record the pending steps (after checking that their metrics are finite)."""
-        fetched = jax.device_get(pending)
-        pending.clear()
+        t, impl = self.t, self.impl
+        fetched = jax.device_get(self.pending)
+        self.pending.clear()
         base = t - len(fetched)
-        rates = optim.learning_rates(config.optim, np.arange(base + 1, t + 1))
+        rates = optim.learning_rates(self.config.optim, np.arange(base + 1, t + 1))
         for j, metrics in enumerate(fetched):
             values = {name: float(metrics[name]) for name in METRICS}
             bad = [f"{name} is {v}" for name, v in values.items() if not math.isfinite(v)]
@@ -330,114 +463,83 @@ def train(
             rate = float(rates[j])
             # the norm of the step's gradient, where the step can see it (parallel.epoch_step)
             seen = {"grad_norm": float(metrics["grad_norm"])} if "grad_norm" in metrics else {}
-            record(
+            self._record(
                 {"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values,
                  "learning_rate": rate, **seen}
             )  # fmt: skip
-            done.append(tuple(values[name] for name in METRICS))
+            self.done.append(tuple(values[name] for name in METRICS))
 
-    def now(epoch: int, batch: int) -> Progress:
-        return Progress(Position(t, epoch, batch), tuple(done), len(records), train_seconds)
-
-    def checkpoint(epoch: int, batch: int) -> None:
-        if on_checkpoint is not None and saved_at[0] != t:
-            on_checkpoint(plan.local_state(state), now(epoch, batch))
-            saved_at[0] = t
-
-    def result(position: Progress, stopped: bool = False) -> TrainResult:
-        steps = t - first.step
-        rate = steps / session_seconds if session_seconds else 0.0
-        return TrainResult(
-            plan.local_state(state), records, compile_seconds, rate, position, stopped
+    def _epoch_end(self, epoch: int) -> TrainResult | None:
+        """The epoch's record (train means, the test split evaluated), then the checkpoint at its
+        end if due (always after the last epoch); the result if the run stops there."""
+        self._flush(epoch)
+        self._count_seconds()
+        done = self.done
+        train_means = {
+            f"train_{n}": float(np.mean([m[k] for m in done])) for k, n in enumerate(METRICS)
+        }
+        test = evaluate(
+            self.impl,
+            self.plan.local_state(self.state),
+            self.dataset.test,
+            self.keys.eval,
+            batch_size=self.eval_batch_size,
+            loss=self.eval_loss,
         )
-
-    decide = decide or (lambda t, boundary: (False, False))
-    tracing = False
-    try:
-        if decide(t, True)[1]:  # stopped while starting: at the checkpoint it starts from
-            checkpoint(first.epoch, first.batch)
-            return result(start, stopped=True)
-        for epoch in range(first.epoch, epochs):
-            if epoch != loaded:
-                xs, cs = epoch_data(epoch)
-            if epoch != first.epoch:
-                done = []
-            jax.block_until_ready((xs, cs))
-            tick = time.perf_counter()
-            for i in range(first.batch if epoch == first.epoch else 0, num_batches):
-                if profile is None:
-                    out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
-                else:
-                    with profile.around(t + 1, state) as tracing:
-                        out = step(state, xs, cs, np.int32(i), keys.train, np.int32(t))
-                if debug_nans:
-                    error, out = out
-                    if error.get():
-                        flush(epoch)  # the steps before it are kept
-                        _raise_first_nan(error, impl, t, epoch)
-                state, metrics = out
-                pending.append(metrics)
-                t += 1
-                if tracing and t == profile.last:
-                    profile.stop((state, metrics))
-                    tracing = False
-                # Checked one step behind, so the device is never idle for it: a non-finite step
-                # stops the run before the next one is even recorded.
-                if len(pending) > 1 and not bool(pending[-2]["finite"]):
-                    flush(epoch)
-                bar.update(1)
-                if i % 10 == 9 or i == num_batches - 1:
-                    loss = f"{float(metrics['loss']):.3f}"
-                    bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
-                if i == num_batches - 1:
-                    break
-                save, stop = decide(t, False)
-                if save:
-                    flush(epoch)
-                    seconds = time.perf_counter() - tick
-                    train_seconds += seconds
-                    session_seconds += seconds
-                    checkpoint(epoch, i + 1)
-                    if stop or decide(t, False)[1]:  # asked before the checkpoint, or during it
-                        return result(now(epoch, i + 1), stopped=True)
-                    tick = time.perf_counter()
-            flush(epoch)
-            seconds = time.perf_counter() - tick
-            train_seconds += seconds
-            session_seconds += seconds
-            train_means = {
-                f"train_{n}": float(np.mean([m[k] for m in done])) for k, n in enumerate(METRICS)
+        self._record(
+            {
+                "event": "epoch",
+                "epoch": epoch + 1,
+                "step": self.t,
+                **train_means,
+                **{f"test_{n}": v for n, v in test.items()},
+                "seconds": self.train_seconds,
             }
-            test = evaluate(
-                impl,
-                plan.local_state(state),
-                dataset.test,
-                keys.eval,
-                batch_size=eval_batch_size,
-                loss=eval_loss,
-            )
-            record(
-                {
-                    "event": "epoch",
-                    "epoch": epoch + 1,
-                    "step": t,
-                    **train_means,
-                    **{f"test_{n}": v for n, v in test.items()},
-                    "seconds": train_seconds,
-                }
-            )
-            done = []
-            if on_epoch is not None:
-                on_epoch(plan.local_state(state), records[-1])
-            save, stop = decide(t, True)
-            if save or epoch == epochs - 1:
-                checkpoint(epoch + 1, 0)
-                stop = stop or decide(t, True)[1]  # asked during the checkpoint
-            if stop and epoch < epochs - 1:
-                return result(now(epoch + 1, 0), stopped=True)
-    finally:
-        bar.close()
-        if tracing:  # stopped inside the traced steps: what was traced so far
-            profile.stop()
-    end = Position(t, max(first.epoch, epochs), 0)
-    return result(Progress(end, (), len(records), train_seconds))
+        )
+        self.done = []
+        if self.on_epoch is not None:
+            self.on_epoch(self.plan.local_state(self.state), self.records[-1])
+        save, stop = self.decide(self.t, True)
+        if save or epoch == self.epochs - 1:
+            self._checkpoint(epoch + 1, 0)
+            stop = stop or self.decide(self.t, True)[1]  # asked during the checkpoint
+        if stop and epoch < self.epochs - 1:
+            return self._stop(epoch + 1, 0)
+        return None
+
+    def _record(self, event: Record) -> None:
+        self.records.append(event)
+        self.emit(event)
+
+    def _count_seconds(self) -> None:
+        """Count the training time since :attr:`tick` (the run's and this session's)."""
+        seconds = time.perf_counter() - self.tick
+        self.train_seconds += seconds
+        self.session_seconds += seconds
+
+    # --- a checkpoint, a stop, the end ------------------------------------------------------------
+
+    def _now(self, epoch: int, batch: int) -> Progress:
+        position = Position(self.t, epoch, batch)
+        return Progress(position, tuple(self.done), len(self.records), self.train_seconds)
+
+    def _checkpoint(self, epoch: int, batch: int) -> None:
+        """``on_checkpoint`` with the single-device state, unless this step has one already."""
+        if self.on_checkpoint is not None and self.saved_at != self.t:
+            self.on_checkpoint(self.plan.local_state(self.state), self._now(epoch, batch))
+            self.saved_at = self.t
+
+    def _stop(self, epoch: int, batch: int) -> TrainResult:
+        """Stopped on request, after a checkpoint: next is batch ``batch`` of epoch ``epoch``."""
+        return self._result(self._now(epoch, batch), stopped=True)
+
+    def _end(self) -> TrainResult:
+        """Every epoch done (or none left to do)."""
+        end = Position(self.t, max(self.first.epoch, self.epochs), 0)
+        return self._result(Progress(end, (), len(self.records), self.train_seconds))
+
+    def _result(self, position: Progress, stopped: bool = False) -> TrainResult:
+        steps = self.t - self.first.step
+        rate = steps / self.session_seconds if self.session_seconds else 0.0
+        state = self.plan.local_state(self.state)
+        return TrainResult(state, self.records, self.compile_seconds, rate, position, stopped)

@@ -204,11 +204,12 @@ def resolve_impls(settings: Settings) -> dict[str, Any]:
     """``name -> implementation``: the ones asked for, every installed one by default, and pure
     JAX always (every figure is also a ratio to it). Loading imports the frameworks, not JAX's
     devices, so this runs before the devices are arranged."""
+    from cvae_rosetta.app import frameworks
     from cvae_rosetta.spec import protocol
 
     names = list(settings.impls or [i.name for i in protocol.known() if i.installed])
     names = [REFERENCE, *(n for n in names if n != REFERENCE)]
-    impls = {name: protocol.load(name) for name in names}
+    impls = {name: frameworks.load(name) for name in names}
     for name in settings.parallel_impls or ():
         if name not in impls:
             raise ConfigError(
@@ -223,7 +224,7 @@ def arrange_devices(settings: Settings) -> None:
     and refuse a device count this machine cannot give."""
     import jax
 
-    from cvae_rosetta.spec import parallel
+    from cvae_rosetta.app import parallel
 
     count = max(settings.devices)
     if count > 1:

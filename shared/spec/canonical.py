@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import jax
 import numpy as np
 
 from cvae_rosetta.spec.config import ModelConfig
@@ -86,9 +85,3 @@ def _check_keys(node: Any, expected: dict, path: str) -> None:
         raise ParameterError(
             f"{path}: expected keys {sorted(expected)}, got keys {sorted(map(str, node))}"
         )
-
-
-def max_abs_difference(a: Canonical, b: Canonical) -> float:
-    """The largest absolute difference between two canonical trees of the same structure."""
-    diffs = jax.tree.map(lambda x, y: float(np.max(np.abs(np.asarray(x) - np.asarray(y)))), a, b)
-    return max(jax.tree.leaves(diffs), default=0.0)

@@ -21,17 +21,23 @@ The per-device step needs the step cut in two at the all-reduce: an implementati
 :class:`~cvae_rosetta.spec.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging
 per-device mean losses is the global mean because every device holds the same number of rows.
 
-The trainer's steps (:func:`epoch_step`) also report ``metrics["grad_norm"]``, the global norm of
-the step's gradient before clipping (after the average over devices): the per-device steps have
-the gradient in hand, and the serial and ``sharded`` steps run ``grads_fn`` and
-``state.apply_gradients`` (what every built-in's ``train_step`` is) where the implementation is an
-:class:`~cvae_rosetta.spec.protocol.Adapter` with a ``grads_fn``, and its ``train_step`` (no
-``grad_norm``) otherwise. :meth:`Plan.make_step`, the data-parallel ``train_step`` that the suite
-compares with the serial one and the benchmark times, returns ``train_step``'s metrics only.
+The trainer's steps (:func:`cvae_rosetta.app.parallel.epoch_step`, built on :class:`Plan`) also
+report ``metrics["grad_norm"]``, the global norm of the step's gradient before clipping (after the
+average over devices): the per-device steps have the gradient in hand, and the serial and
+``sharded`` steps run ``grads_fn`` and ``state.apply_gradients`` (what every built-in's
+``train_step`` is) where the implementation is an :class:`~cvae_rosetta.spec.protocol.Adapter`
+with a ``grads_fn``, and its ``train_step`` (no ``grad_norm``) otherwise. :meth:`Plan.make_step`,
+the data-parallel ``train_step`` that the suite compares with the serial one and the benchmark
+times, returns ``train_step``'s metrics only.
 
 Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
 only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
 ``sharded`` and ``shard_map`` steps run unchanged.
+
+This module is part of the contract because the conformance suite checks these steps against the
+serial one. What only ``cvae train`` and ``cvae bench`` need (splitting the host into devices, the
+trainer's step over an epoch with its ``finite`` check) is the application's:
+``cvae_rosetta.app.parallel``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
@@ -50,7 +55,7 @@ from jax.sharding import PartitionSpec as P
 
 from cvae_rosetta.spec.config import DATA_PARALLEL, Config
 from cvae_rosetta.spec.errors import ConfigError
-from cvae_rosetta.spec.model import noise, step_key
+from cvae_rosetta.spec.model import noise
 from cvae_rosetta.spec.protocol import Adapter
 from cvae_rosetta.spec.validation import Batch, check_batch
 
@@ -59,25 +64,6 @@ MECHANISMS = DATA_PARALLEL
 PER_DEVICE = ("pmap", "shard_map")  # the mechanisms that need the implementation's compute_grads
 
 Step = Callable[[Any, Batch, jax.Array], tuple[Any, dict]]
-
-
-# --- devices ------------------------------------------------------------------------------------
-
-
-def arrange_cpu_devices(count: int) -> None:
-    """Ask XLA:CPU for ``count`` host devices; must run before JAX touches any device.
-
-    On a machine with accelerators this changes nothing on them (only the CPU backend is split).
-    If JAX has already started with fewer devices, say so rather than run on the wrong number.
-    """
-    try:
-        jax.config.update("jax_num_cpu_devices", count)
-    except RuntimeError:
-        if jax.device_count() < count:
-            raise ConfigError(
-                f"train.devices: expected at most {jax.device_count()} (JAX has already started "
-                f"with {jax.device_count()} device(s) in this process), got {count}"
-            ) from None
 
 
 def grad_norm(grads: Any) -> jax.Array:
@@ -203,7 +189,7 @@ class Plan:
         if self.mechanism == "none":
             return state
         if self.mechanism == "pmap":
-            return _first_device(state)
+            return first_device(state)
         return jax.tree.map(lambda a: a.addressable_data(0), state)
 
     def place_rows(self, array: jax.Array | np.ndarray, axis: int = 0) -> jax.Array:
@@ -295,7 +281,7 @@ class Plan:
             @functools.partial(jax.jit, static_argnums=2, out_shardings=self.rows())
             def prepare(batch: Batch, key: jax.Array, latent_dim: int):
                 eps = self.noise(key, batch.x.shape[0], latent_dim)
-                return _split_for_pmap(batch, eps, count=self.count)
+                return split_for_pmap(batch, eps, count=self.count)
 
             def step(state, batch: Batch, key: jax.Array):
                 model = state.config.model
@@ -303,7 +289,7 @@ class Plan:
                 self.check_batch_size(batch.x.shape[0])
                 x, c, eps = prepare(batch, key, model.latent_dim)
                 state, metrics = pstep(state, Batch(x, c), eps)
-                return state, _first_device(metrics)
+                return state, first_device(metrics)
 
             return step
 
@@ -334,108 +320,16 @@ def _per_device(tree: Any) -> Any:
     return jax.tree.map(lambda leaf: jax.lax.pcast(leaf, AXIS, to="varying"), tree)
 
 
-def _first_device(tree: Any) -> Any:
+def first_device(tree: Any) -> Any:
     """Device 0's row of a pmap output (every row is the same after ``pmean``), read from that
-    device's own buffer rather than by an indexing op over all the devices."""
+    device's own buffer rather than by an indexing op over all the devices. (Also the trainer's:
+    ``cvae_rosetta.app.parallel``.)"""
     return jax.tree.map(lambda a: a.addressable_data(0)[0], tree)
 
 
-def _split_for_pmap(batch: Batch, eps: jax.Array, *, count: int):
+def split_for_pmap(batch: Batch, eps: jax.Array, *, count: int):
     """``[B, ...] -> [count, B/count, ...]``: device ``d`` gets the ``d``-th block of rows."""
     return tuple(a.reshape(count, a.shape[0] // count, *a.shape[1:]) for a in (*batch, eps))
-
-
-# --- the trainer's step over an epoch's device-resident batches ---------------------------------
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """Whether every float in ``tree`` is finite: one fused reduction, cheap beside a step."""
-    leaves = [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)]
-    return jnp.stack(leaves).all()
-
-
-def _with_finite(step: Callable) -> Callable:
-    """The step, with ``metrics["finite"]``: whether the new state is finite. A non-finite
-    gradient shows there on the step it happens, even while that step's loss is still finite."""
-
-    def checked(state, *args):
-        state, metrics = step(state, *args)
-        return state, {**metrics, "finite": all_finite(state)}
-
-    return checked
-
-
-def epoch_step(plan: Plan, impl: Any, *, debug_nans: bool = False) -> Callable[..., Any]:
-    """``(state, xs, cs, i, run_key, t) -> (state, metrics)`` for the trainer: batch ``i`` of the
-    epoch's ``xs: [num_batches, B, D]``, key ``fold_in(run_key, t)``; the metrics also carry
-    ``finite`` (see :func:`_with_finite`). Returns a function with ``lower(*args)`` like a
-    ``jax.jit`` object, so the trainer can compile it ahead and time it. The metrics carry
-    ``grad_norm`` too where the step can see the gradient (every mechanism for an implementation
-    with a ``grads_fn``; see :func:`serial_step`). ``debug_nans`` (serial only) checkifies the
-    step for NaNs: it then returns ``(error, (state, metrics))``."""
-    if plan.mechanism == "pmap":
-        pstep = plan.pmap_step(impl, wrap=_with_finite, with_grad_norm=True)
-
-        def prepare(xs, cs, i, run_key, t, latent_dim):
-            x, c = xs[i], cs[i]
-            eps = plan.noise(step_key(run_key, t), x.shape[0], latent_dim)
-            return _split_for_pmap(Batch(x, c), eps, count=plan.count)
-
-        # the blocks land straight on their devices, where the compiled pmap expects them
-        return _PmapEpochStep(jax.jit(prepare, static_argnums=5, out_shardings=plan.rows()), pstep)
-
-    step = _with_finite(plan.global_step(impl, with_grad_norm=True))
-
-    def fn(state, xs, cs, i, run_key, t):
-        return step(state, Batch(xs[i], cs[i]), step_key(run_key, t))
-
-    if plan.mechanism == "none":
-        if debug_nans:
-            from jax.experimental import checkify
-
-            return jax.jit(checkify.checkify(fn, errors=checkify.nan_checks), donate_argnums=0)
-        return jax.jit(fn, donate_argnums=0)
-    epoch = plan.rows(axis=1)  # [num_batches, B, ...]: every batch's rows split over the mesh
-    r = plan.replicated
-    return jax.jit(
-        fn,
-        in_shardings=(r, epoch, epoch, r, r, r),
-        out_shardings=(r, r),
-        donate_argnums=0,
-    )
-
-
-@dataclasses.dataclass
-class _PmapEpochStep:
-    prepare: Any
-    pstep: Any
-
-    def lower(self, state, xs, cs, i, run_key, t):
-        latent_dim = state.config.model.latent_dim
-        prepare = self.prepare.lower(xs, cs, i, run_key, t, latent_dim).compile()
-        x, c, eps = jax.eval_shape(lambda: prepare(xs, cs, i, run_key, t))
-        pstep = self.pstep.lower(state, Batch(x, c), eps).compile()
-        return _Lowered(prepare, pstep)
-
-
-@dataclasses.dataclass
-class _Lowered:
-    prepare: Any
-    pstep: Any
-
-    def compile(self) -> Callable[..., Any]:
-        def step(state, xs, cs, i, run_key, t):
-            x, c, eps = self.prepare(xs, cs, i, run_key, t)
-            state, metrics = self.pstep(state, Batch(x, c), eps)
-            return state, _first_device(metrics)
-
-        return step
-
-
-def unstack(tree: Any) -> Any:
-    """Every device's copy of a pmap-stacked tree, as a list (for checks that they agree)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    return [treedef.unflatten([leaf[d] for leaf in leaves]) for d in range(leaves[0].shape[0])]
 
 
 def device_copies(plan: Plan, state: Any) -> Sequence[Any]:

@@ -35,7 +35,7 @@ from cvae_rosetta.spec.validation import (
 )
 
 ENTRY_POINT_GROUP = "cvae_rosetta.impls"
-DISTRIBUTION = "cvae-rosetta"  # its entry points in that group are the built-in implementations
+BUILTIN_PACKAGE = "cvae_rosetta.impls"  # entry points with a target in it are the built-in ones
 MEMBERS = (
     "name",
     "init",
@@ -168,34 +168,33 @@ class Builtin:
 
     target: str  # "module:attribute", its entry point's value
     module: str  # the framework module that must be importable for it to be installed
-    distribution: str  # whose version the report headers print
-    extra: str | None  # the pip extra that installs the framework
 
 
-# What each built-in implementation needs, by entry-point name, in the order `cvae impls` lists
-# them: (framework module, its distribution, the pip extra that installs it). The names and
-# targets themselves are the `cvae_rosetta.impls` entry points of pyproject.toml.
-BUILTIN_FRAMEWORKS: dict[str, tuple[str, str, str | None]] = {
-    "pure_jax": ("jax", "jax", None),
-    "flax_linen": ("flax", "flax", "flax"),
-    "flax_nnx": ("flax", "flax", "flax"),
-    "haiku": ("haiku", "dm-haiku", "haiku"),
-    "equinox": ("equinox", "equinox", "equinox"),
+# The framework module each built-in implementation needs, by entry-point name, in the order
+# `cvae impls` lists them. The names and targets themselves are the `cvae_rosetta.impls` entry
+# points of pyproject.toml; how to install a framework is the application's to say
+# (cvae_rosetta.app.frameworks).
+BUILTIN_FRAMEWORKS: dict[str, str] = {
+    "pure_jax": "jax",
+    "flax_linen": "flax",
+    "flax_nnx": "flax",
+    "haiku": "haiku",
+    "equinox": "equinox",
 }
 
 
 def _builtin() -> dict[str, Builtin]:
-    """This distribution's own entry points (whether their frameworks are installed or not), with
-    what :data:`BUILTIN_FRAMEWORKS` says each needs; an entry point without a row there is listed
-    like one registered by another distribution."""
-    try:
-        entry_points = importlib.metadata.distribution(DISTRIBUTION).entry_points
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    targets = {ep.name: ep.value for ep in entry_points if ep.group == ENTRY_POINT_GROUP}
+    """The entry points with a target in :data:`BUILTIN_PACKAGE` (whether their frameworks are
+    installed or not), with the module :data:`BUILTIN_FRAMEWORKS` says each needs; an entry point
+    without a row there is listed like one registered from outside."""
+    targets = {
+        ep.name: ep.value
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if ep.value.startswith(BUILTIN_PACKAGE + ".")
+    }
     return {
-        name: Builtin(targets[name], *needs)
-        for name, needs in BUILTIN_FRAMEWORKS.items()
+        name: Builtin(targets[name], module)
+        for name, module in BUILTIN_FRAMEWORKS.items()
         if name in targets
     }
 
@@ -208,8 +207,7 @@ class ImplInfo:
     name: str
     target: str
     installed: bool
-    framework: str
-    version: str | None
+    module: str  # what must be importable: a built-in's framework, else its target's top package
 
 
 def _version(distribution: str) -> str | None:
@@ -230,13 +228,10 @@ def known() -> list[ImplInfo]:
     """Every implementation known by name, installed or not, without importing any framework."""
     infos = []
     for name, target in _registered().items():
-        if name in BUILTIN:
-            distribution = BUILTIN[name].distribution
-            installed = importlib.util.find_spec(BUILTIN[name].module) is not None
-        else:  # registered by another distribution: installed if its module can be found
-            distribution = target.split(":")[0].split(".")[0]
-            installed = importlib.util.find_spec(distribution) is not None
-        infos.append(ImplInfo(name, target, installed, distribution, _version(distribution)))
+        # one registered from outside is installed if its top-level package can be found
+        outside = target.split(":")[0].split(".")[0]
+        module = BUILTIN[name].module if name in BUILTIN else outside
+        infos.append(ImplInfo(name, target, importlib.util.find_spec(module) is not None, module))
     return infos
 
 
@@ -250,7 +245,6 @@ def _names_module(err: ModuleNotFoundError, module_name: str) -> bool:
 def _import(spec: str, module_name: str) -> Any:
     """The module of an implementation; an error names which of three things went wrong: the
     module does not exist, it needs a module that is not installed, or importing it failed."""
-    builtin = BUILTIN.get(spec)
     which = f" (the module of {spec!r})" if spec in _registered() else ""
     try:
         return importlib.import_module(module_name)
@@ -260,12 +254,9 @@ def _import(spec: str, module_name: str) -> Any:
                 f"impl: expected an importable module {module_name!r}{which}, got no module "
                 f"named {err.name!r} on sys.path"
             ) from err
-        hint = ""
-        if builtin and builtin.extra and importlib.util.find_spec(builtin.module) is None:
-            hint = f"; install its framework with: pip install 'cvae-rosetta[{builtin.extra}]'"
         raise ImplementationNotFound(
             f"impl: expected module {module_name!r}{which} to import, got ModuleNotFoundError "
-            f"inside it: it needs {err.name!r}, which is not installed{hint}"
+            f"inside it: it needs {err.name!r}, which is not installed"
         ) from err
     except ImportError as err:
         raise ImplementationNotFound(

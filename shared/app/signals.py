@@ -1,0 +1,132 @@
+"""Stopping on a signal, and when to write a checkpoint: :class:`GracefulStop` takes SIGINT and
+SIGTERM for a whole run, :class:`Stopped` is what a signal raises where the run cannot wait for a
+checkpoint, and :class:`Cadence` is the trainer's ``decide`` (a checkpoint every so many steps or
+seconds, and one, then a stop, on a signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class Stopped(KeyboardInterrupt):
+    """A run stopped by a signal at a point that cannot wait for a checkpoint (its final outputs);
+    a ``KeyboardInterrupt``, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class GracefulStop:
+    """SIGINT and SIGTERM for a whole run: the first one asks the trainer to stop after its current
+    step, once a checkpoint is written (``stop()`` returns the signal's number, 0 before any).
+
+    Inside :meth:`immediately` (the final outputs, once training is done and checkpointed) a signal
+    raises :class:`Stopped` at once instead. A second SIGINT (Ctrl-C again) stops at once anywhere;
+    a repeated SIGTERM does not (schedulers and launchers send it again while the run stops).
+    """
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._immediate = False
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> int:
+        return self.signum
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        self.signum = signum
+        if self._immediate:
+            raise Stopped(signum)
+        print(
+            f"cvae: {signal.Signals(signum).name}: stopping after this step, once a checkpoint is "
+            "written (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+        )
+
+    @contextlib.contextmanager
+    def immediately(self) -> Iterator[None]:
+        """A block a signal interrupts at once (raising :class:`Stopped`), as one that came
+        before it does on entering."""
+        if self.signum:
+            raise Stopped(self.signum)
+        self._immediate = True
+        try:
+            yield
+        finally:
+            self._immediate = False
+
+    def install(self) -> None:
+        """Take SIGINT and SIGTERM (again: ``jax.distributed.initialize`` puts its own SIGTERM
+        handler in place, a preemption notifier that only records the signal)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.signal(sig, self._handle)
+                self._previous.setdefault(sig, previous)
+
+    def __enter__(self) -> GracefulStop:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+AGREE_EVERY = 10  # in a run of several processes, steps between agreements on stopping and time
+
+
+class Cadence:
+    """``decide`` for the trainer: after step ``t``, whether to write a checkpoint and whether to
+    stop. A checkpoint every ``every`` steps or ``seconds`` after the previous one, whichever comes
+    first (0: never by that measure), and one when ``stop()`` names a signal, which also stops.
+
+    ``agree`` (a run of several processes: :meth:`cvae_rosetta.app.distributed.Cluster.agree`)
+    makes the processes decide alike, since a signal may reach only one of them and their clocks
+    differ: every :data:`AGREE_EVERY` steps and at every epoch's end, each process's signal and
+    "a checkpoint is late" are reduced to their maximum over all processes. ``stopped_by`` is the
+    signal the run stopped for (agreed, so the same in every process).
+    """
+
+    def __init__(
+        self,
+        every: int = 0,
+        seconds: float = 0.0,
+        stop: Callable[[], int] | None = None,
+        agree: Callable[..., tuple[int, ...]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.every, self.seconds, self.stop, self.agree = every, seconds, stop, agree
+        self.clock = clock
+        self.last = clock()  # when the latest checkpoint was written (or the run started)
+        self.stopped_by = 0
+
+    def __call__(self, step: int, boundary: bool = False) -> tuple[bool, bool]:
+        counted = bool(self.every) and step % self.every == 0
+        if self.agree is not None and not boundary and step % AGREE_EVERY:
+            if counted:  # decided alike without asking: by the step count alone
+                self.last = self.clock()
+            return counted, False
+        now = self.clock()
+        signum = self.stop() if self.stop is not None else 0
+        late = bool(self.seconds) and now - self.last >= self.seconds
+        if self.agree is not None:
+            late, signum = self.agree(int(late), signum)
+        if signum:
+            self.stopped_by = signum
+        save = counted or bool(late) or bool(signum)
+        if save:
+            self.last = now
+        return save, bool(signum)
