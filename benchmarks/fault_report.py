@@ -82,8 +82,11 @@ def chain(impl: str, extra: tuple[str, ...], points: int, rng: random.Random, wo
     status, lost = h.kill_during_save(h.fault_args(impl, out, extra), out, rng.randint(2, 4))
     faults = [("kill_in_save", status == -signal.SIGKILL, lost)]
     kills = [("kill_after_step", signal.SIGKILL, -signal.SIGKILL, h.EVERY)] * points
-    for kind, sig, expected, promised in [*kills, ("sigterm", signal.SIGTERM, 143, 0)]:
-        step = rng.randint(max(h.committed(out), default=0) + 1, h.TOTAL - 1)
+    plan = [*kills, ("sigterm", signal.SIGTERM, 143, 0)]
+    for left, (kind, sig, expected, promised) in reversed(list(enumerate(reversed(plan)))):
+        # room for the faults still to come: a signal lands a few steps after the one asked for
+        last = h.TOTAL - 1 - h.EVERY * left
+        step = rng.randint(min(max(h.committed(out), default=0) + 1, last), last)
         delay = rng.uniform(0.0, 0.05)  # a step takes milliseconds: somewhere in the next few
         status, lost, _ = h.signal_after_step(h.resume_args(out), out, step, sig, delay)
         faults.append((kind, status == expected and lost <= promised, lost))
