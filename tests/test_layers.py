@@ -76,6 +76,15 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names, relative levels resolved in ``package``."""
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+    return base
+
+
 def _imports(name: str, path: Path) -> set[str]:
     """The project modules ``name`` imports."""
     targets: set[str] = set()
@@ -84,10 +93,7 @@ def _imports(name: str, path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            base = _absolute(node, package)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 targets.add(full if full in MODULES else base)
@@ -198,10 +204,7 @@ def _bindings(name: str, path: Path, tree: ast.Module) -> dict[str, str]:
                     first = alias.name.partition(".")[0]
                     bound[first] = first
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            base = _absolute(node, package)
             for alias in node.names:
                 bound[alias.asname or alias.name] = f"{base}.{alias.name}"
     return bound
