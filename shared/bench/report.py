@@ -88,12 +88,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: 
     return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
 
 
-def _num(value: float | None, digits: int = 0, suffix: str = "") -> str:
+def _num(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
     if digits == 0 and abs(value) < 100:
         digits = 1
-    return f"{value:,.{digits}f}{suffix}"
+    return f"{value:,.{digits}f}"
 
 
 def _pct(value: float | None) -> str:
@@ -192,7 +192,7 @@ def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> l
         *_conditions(result),
         *_fast(result, images, h),
         *_wrapper_costs(result, h),
-        *_overhead(result, images, h),
+        *_overhead(result, h),
         *_compile(result, h),
         *_roof(result, h),
         *_precision(result, h),
@@ -365,7 +365,7 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     ]
 
 
-def _overhead(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+def _overhead(result: dict[str, Any], h: str) -> list[str]:
     def cell(batch, label):
         empty = fast_row(batch, label).get("empty_step_us")
         return (
@@ -641,15 +641,12 @@ def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> di
     return written
 
 
-def _style(i: int, dashed: bool = False) -> dict[str, Any]:
-    return {"color": f"C{i}", "linestyle": "--" if dashed else "-", "marker": "o", "markersize": 4}
-
-
-def _errorbar(axis, xs, entries, i, label, dashed=False):
+def _errorbar(axis, xs, entries, i, label):
     ys = [e["ratio"] for e in entries]
     low = [e["ratio"] - (e["low"] if e.get("low") is not None else e["ratio"]) for e in entries]
     high = [(e["high"] if e.get("high") is not None else e["ratio"]) - e["ratio"] for e in entries]
-    axis.errorbar(xs, ys, yerr=[low, high], label=label, capsize=3, **_style(i, dashed))
+    style = {"color": f"C{i}", "marker": "o", "markersize": 4}
+    axis.errorbar(xs, ys, yerr=[low, high], label=label, capsize=3, **style)
 
 
 def _plot_step_time(figure, result):
