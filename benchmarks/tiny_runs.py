@@ -32,7 +32,7 @@ TOTAL = 4 * 512 // 64  # steps: 4 epochs of 8
 WAIT = 120.0  # seconds a subprocess may take to reach the point the caller waits for
 EVERY = 3  # --checkpoint-every of the runs faults are injected into: the most steps one may cost
 CADENCE = ("--checkpoint-every", str(EVERY))
-INSTALLED = [i.name for i in protocol.known() if i.installed and i.name in protocol.BUILTIN]
+INSTALLED = [i.name for i in protocol.known() if i.installed and i.builtin]
 
 
 @contextlib.contextmanager

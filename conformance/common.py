@@ -108,33 +108,38 @@ def require(impl, capability: str) -> None:
         pytest.skip(f"not applicable: {getattr(impl, 'name', impl)} has no {capability!r}")
 
 
+SPEC_EPS = 1e-8  # Adam's epsilon, added to the bias-corrected root sqrt(v_hat)
+B2 = 0.999
+
+
 def spec_optimizer(optim: OptimConfig) -> optax.GradientTransformation:
-    """SPEC section 5, built here from the config's fields (not from the shared code)."""
+    """SPEC section 5 at the constant rate, built here from the config's fields (not from the
+    shared code)."""
     return _spec_chain(optim.learning_rate, optim.clip_norm, optim.weight_decay)
 
 
-def _spec_chain(learning_rate, clip_norm, weight_decay) -> optax.GradientTransformation:
+def _spec_chain(learning_rate, clip_norm, weight_decay, eps=SPEC_EPS):
     return optax.chain(
         optax.clip_by_global_norm(clip_norm),
-        optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=weight_decay),
+        optax.adamw(learning_rate, b1=0.9, b2=B2, eps=eps, weight_decay=weight_decay),
     )
 
 
 @jax.jit
-def _spec_step(params, grads, opt_state, learning_rate, clip_norm, weight_decay):
+def _spec_step(params, grads, opt_state, learning_rate, clip_norm, weight_decay, eps):
     # the settings are traced values (optax takes them so): one compilation serves every setting
-    tx = _spec_chain(learning_rate, clip_norm, weight_decay)
+    tx = _spec_chain(learning_rate, clip_norm, weight_decay, eps)
     opt_state = tx.init(params) if opt_state is None else opt_state
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
 
-def spec_step(optim: OptimConfig, params, grads, opt_state=None):
-    """One step of the spec's optimiser on ``params`` with the gradients ``grads``, from
-    ``opt_state`` (a fresh state when ``None``): the new parameters and the optimiser state.
-    Compiled once for every setting (op by op, optax would compile every small operation for every
-    leaf shape)."""
-    settings = (optim.learning_rate, optim.clip_norm, optim.weight_decay)
+def spec_step(optim: OptimConfig, params, grads, opt_state=None, *, eps: float = SPEC_EPS):
+    """One step of the spec's optimiser at the constant rate on ``params`` with the gradients
+    ``grads``, from ``opt_state`` (a fresh state when ``None``): the new parameters and the
+    optimiser state. Compiled once for every setting (op by op, optax would compile every small
+    operation for every leaf shape). ``eps``: another epsilon, for a mistake's step."""
+    settings = (optim.learning_rate, optim.clip_norm, optim.weight_decay, eps)
     return _spec_step(params, grads, opt_state, *(np.float32(v) for v in settings))
 
 
@@ -751,6 +756,39 @@ def assert_loss_matches(
     )
 
 
+# Keras and TensorFlow write Adam as lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t) and
+# theta -= lr_t * m / (sqrt(v) + eps): epsilon on the uncorrected root, which is the spec's update
+# with epsilon eps / sqrt(1 - b2^t) (31.6 times eps at the first step, tending to eps later).
+UNCORRECTED_EPSILON = (
+    "epsilon added to the uncorrected sqrt(v) (Keras's and TensorFlow's Adam): effective epsilon "
+    "eps/sqrt(1-b2^t)"
+)
+KERAS_DEFAULT_EPS = 1e-7  # keras.optimizers.Adam and AdamW's default epsilon
+
+
+def uncorrected_epsilon(t: int, eps: float = SPEC_EPS) -> float:
+    """The epsilon of the spec's update that equals step ``t`` of Adam with ``eps`` added to the
+    uncorrected ``sqrt(v)``."""
+    return eps / float(np.sqrt(1.0 - B2**t))
+
+
+def epsilon_mistakes(t: int) -> list[tuple[str, float]]:
+    """``(what it shows, the epsilon of the spec's update that takes step t so)``: epsilon on the
+    uncorrected root, with the spec's epsilon and with Keras's default."""
+    factor = uncorrected_epsilon(t, 1.0)
+    spec = (
+        f"the step is AdamW's with {UNCORRECTED_EPSILON}, {factor:.3g} times the spec's "
+        f"{SPEC_EPS:g} at step {t}; the spec adds eps to the bias-corrected sqrt(v_hat)"
+    )
+    keras = (
+        f"the step is AdamW's with {UNCORRECTED_EPSILON}, and Keras's default epsilon "
+        f"{KERAS_DEFAULT_EPS:g} where the spec's is {SPEC_EPS:g} (effective "
+        f"{uncorrected_epsilon(t, KERAS_DEFAULT_EPS):.3g} at step {t}); the spec adds eps to the "
+        "bias-corrected sqrt(v_hat)"
+    )
+    return [(spec, uncorrected_epsilon(t)), (keras, uncorrected_epsilon(t, KERAS_DEFAULT_EPS))]
+
+
 def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple[str, Any]]:
     """One first step from ``start`` as plausible mistakes would take it, from the float64
     gradient ``grads``: ``(what it shows, the parameters it reaches)``."""
@@ -760,7 +798,7 @@ def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple
         updates, _ = tx.update(g, tx.init(start), start)
         return optax.apply_updates(start, updates)
 
-    adam = optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+    adam = optax.adam(optim.learning_rate, b1=0.9, b2=B2, eps=SPEC_EPS)
     l2 = jax.tree.map(lambda g, p: g + optim.weight_decay * p, grads32, start)
     want = step(spec_optimizer(optim), grads32)
     found = [
@@ -776,14 +814,16 @@ def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple
                 optax.adamw(
                     optim.learning_rate,
                     b1=0.9,
-                    b2=0.999,
-                    eps=1e-8,
+                    b2=B2,
+                    eps=SPEC_EPS,
                     weight_decay=optim.weight_decay,
                 ),
                 grads32,
             ),
         ),
     ]
+    for why, eps in epsilon_mistakes(1):
+        found.append((why, spec_step(optim, start, grads32, eps=eps)[0]))
     if optim.weight_decay:
         found.append(
             (

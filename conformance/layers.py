@@ -3,7 +3,8 @@
 A check of a later layer presupposes every earlier one: a loss cannot match the reference when the
 forward pass does not, and a step cannot when the gradients do not. The plugin runs the checks in
 this order and, after a run with failures, names per implementation the earliest layer that failed
-and the check that failed there: that is the cause; the later failures follow from it.
+and the check that failed there: the one to fix first. It counts the later failures but cannot know
+whether they follow from it; a failure of an earlier layer often explains those of later ones.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("loss", "the loss and its terms against the reference"),
     ("gradients", "gradients against the reference"),
     ("step", "one optimiser step against the reference update"),
-    ("later_steps", "the second and later steps against the reference optimiser and its state"),
+    (
+        "later_steps",
+        "the second and later steps against the reference optimiser, its state and its schedules",
+    ),
     ("jit", "jit, donation, tracing and isolation from the caller's arrays"),
     ("bad_input", "refusal of bad input with the spec's error grammar"),
     ("properties", "properties over drawn models, batches, parameters and keys"),
@@ -36,6 +40,8 @@ MODULES: dict[str, str] = {
     "test_edges": "edges",
     "test_precision": "precision",
     "test_meta_gaps": "step",
+    # after test_meta_gaps' constant-rate later steps (modules run in the order of their names)
+    "test_schedules": "later_steps",
     "test_variants": "jit",
     "test_paths": "training",
     "test_parallel": "parallel",

@@ -17,7 +17,8 @@ hypothesis settings: ``ci`` (small and derandomised, the default) or ``thorough`
 
 The checks run in the order of the suite's layers (:mod:`cvae_rosetta.conformance.layers`), and a
 run with failures ends with a diagnosis per implementation: the earliest layer that failed, the
-check that failed there and what it saw, and how many later failures follow from it. With
+check that failed there and what it saw, and how many later failures there are (they may
+follow from it, so it is the one to fix first). With
 ``--first-layer`` (or ``CVAE_FIRST_LAYER=1``), once an implementation fails a check of some layer,
 its checks of later layers are skipped.
 
@@ -604,7 +605,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
     with _jax_settings(item):
         result = yield
     state = _state(item.config)
-    if state is not None and state.active and item in _last_of_their_module(item.session, state):
+    if state is None or not state.active:
+        return result
+    if item in _last_of_their_module(item.session, state) or near_the_mapping_limit():
         _release_compiled_programs()
     return result
 
@@ -618,6 +621,34 @@ def _last_of_their_module(session: pytest.Session, state: _State) -> set[pytest.
                 last[getattr(item, "module", None)] = item
         state.last_of_module = set(last.values())
     return state.last_of_module
+
+
+# Every compiled program holds memory mappings, of which a Linux process may have
+# ``vm.max_map_count`` (65,530 by default): XLA's compiler crashes (SIGSEGV) at the limit. One
+# hypothesis-driven check under ``--thorough`` compiles enough programs for ~40,000, so the caches
+# are dropped after any check that leaves more than half the limit, not only at a module's end.
+MAPS, MAX_MAP_COUNT = Path("/proc/self/maps"), Path("/proc/sys/vm/max_map_count")
+
+
+def mappings() -> int | None:
+    """How many memory mappings this process holds (None: not Linux)."""
+    try:
+        with MAPS.open("rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def mapping_limit() -> int:
+    try:
+        return int(MAX_MAP_COUNT.read_text())
+    except (OSError, ValueError):
+        return 65530
+
+
+def near_the_mapping_limit() -> bool:
+    held = mappings()
+    return held is not None and held > mapping_limit() // 2
 
 
 def _release_compiled_programs() -> None:
@@ -731,9 +762,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def diagnosis(checks: dict[str, dict]) -> dict | None:
-    """The cause among an implementation's failures (``check -> {"outcome", "layer", "message"}``
-    in the order they ran): the first failed check of the earliest layer that failed. Every other
-    failure follows from it."""
+    """The failure to fix first among an implementation's failures (``check -> {"outcome",
+    "layer", "message"}`` in the order they ran): the first failed check of the earliest layer
+    that failed. The others are counted, not explained: they may follow from it, or be failures
+    of their own."""
     failed = [(check, e) for check, e in checks.items() if e["outcome"] == "failed"]
     if not failed:
         return None
@@ -752,9 +784,9 @@ def diagnosis_line(name: str, found: dict) -> str:
     follow = (
         "no later failures"
         if not later
-        else "1 later failure follows from it"
+        else "1 later failure (fix this one first: it may follow from it)"
         if later == 1
-        else f"{later} later failures follow from it"
+        else f"{later} later failures (fix this one first: they may follow from it)"
     )
     check = found["check"].rpartition("::")[2]
     return (

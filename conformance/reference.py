@@ -1,12 +1,14 @@
-"""SPEC sections 1 to 4 in float64 NumPy, gradients by hand: the suite's independent reference.
+"""SPEC sections 1 to 5 in float64 NumPy, gradients by hand: the suite's independent reference.
 
-Nothing here calls JAX, so an error in JAX's autodiff, in the shared loss code or in an
-implementation cannot hide by being shared with the reference. Parameters are the canonical tree of
-SPEC section 2.
+Nothing here calls JAX or optax, so an error in JAX's autodiff, in the shared loss code, in the
+shared optimiser or in an implementation cannot hide by being shared with the reference. Parameters
+are the canonical tree of SPEC section 2. The optimiser (:func:`adamw_step`) and its learning-rate
+schedules (:func:`learning_rate`) are written from their formulas (docs/spec.md, "Optimiser").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,3 +140,113 @@ def loss_and_grad(
 
     grads = {"encoder": enc_grads, "latent": latent_grads, "decoder": dec_grads}
     return Result(float(recon + beta * kl), float(recon), float(kl), grads, mean, logvar, logits)
+
+
+# --- SPEC section 5: the optimiser ----------------------------------------------------------------
+
+B1, B2, EPS = 0.9, 0.999, 1e-8
+
+
+def _map(f, *trees):
+    """``f`` over the leaves of canonical trees of one structure (dicts and lists of arrays)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _map(f, *(t[k] for t in trees)) for k in first}
+    if isinstance(first, (list, tuple)):
+        return [_map(f, *parts) for parts in zip(*trees, strict=True)]
+    return f(*trees)
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    if isinstance(tree, dict):
+        return [leaf for k in tree for leaf in _leaves(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for part in tree for leaf in _leaves(part)]
+    return [tree]
+
+
+def learning_rate(optim, count: int) -> float:
+    """The rate of the step taken after ``count`` steps (step ``t = count + 1``), from the fields of
+    ``optim`` (an ``OptimConfig``):
+
+    - ``constant``: ``learning_rate``;
+    - ``cosine``: ``end + (lr - end) * (1 + cos(pi * min(count, T) / T)) / 2`` with ``T =
+      decay_steps``: ``lr`` at count 0, ``end_learning_rate`` from count ``T`` on;
+    - ``warmup_cosine``: ``lr * count / W`` for ``count < W = warmup_steps`` (0 at the first step),
+      then the cosine from ``lr`` over the ``T - W`` steps that remain (``decay_steps`` counts the
+      warm-up), ``end_learning_rate`` from count ``T`` on.
+    """
+    lr = float(optim.learning_rate)
+    if optim.schedule == "constant":
+        return lr
+    if optim.schedule not in ("cosine", "warmup_cosine"):
+        raise ValueError(
+            f"optim.schedule: expected constant, cosine or warmup_cosine, got {optim.schedule!r}"
+        )
+    if optim.decay_steps is None:
+        raise ValueError("optim.decay_steps: expected the schedule's length in steps, got None")
+    end = float(optim.end_learning_rate)
+    warmup = int(optim.warmup_steps) if optim.schedule == "warmup_cosine" else 0
+    if count < warmup:
+        return lr * count / warmup
+    length = int(optim.decay_steps) - warmup
+    done = min(count - warmup, length) / length
+    return end + (lr - end) * 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+@dataclass(frozen=True)
+class Adam:
+    """The optimiser's state: the number of steps taken and the two moments (canonical trees)."""
+
+    count: int
+    mu: Any
+    nu: Any
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimiser step: ``params = before - rate * direction``."""
+
+    params: Any
+    state: Adam
+    rate: float  # the learning rate of this step, read from the schedule at the count before it
+    direction: Any  # m_hat / (sqrt(v_hat) + eps) + weight_decay * before
+    clip_scale: float  # min(1, clip_norm / ||g||)
+
+
+def adam_start(params) -> Adam:
+    zeros = _map(lambda p: np.zeros(np.shape(p), F64), params)
+    return Adam(0, zeros, _map(np.copy, zeros))
+
+
+def adamw_step(params, grads, optim, state: Adam | None = None, *, eps: float = EPS) -> Step:
+    """SPEC section 5 in float64: clip ``grads`` to global norm ``clip_norm``, then AdamW at the
+    rate the schedule gives for the steps already taken (``state.count``), epsilon added to the
+    bias-corrected root, the decay decoupled from the moments::
+
+        g <- g * min(1, clip_norm / ||g||)
+        m_t = b1 m_{t-1} + (1 - b1) g,   v_t = b2 v_{t-1} + (1 - b2) g^2
+        m_hat = m_t / (1 - b1^t),        v_hat = v_t / (1 - b2^t)
+        theta_t = theta_{t-1} - rate(t - 1) * (m_hat / (sqrt(v_hat) + eps) + wd * theta_{t-1})
+
+    ``state`` None: a fresh optimiser (the first step). ``eps``: another epsilon, for a mistake's
+    step."""
+    p = as64(params)
+    g = as64(grads)
+    state = adam_start(p) if state is None else state
+    norm = math.sqrt(sum(float(np.sum(leaf * leaf)) for leaf in _leaves(g)))
+    scale = min(1.0, float(optim.clip_norm) / norm) if norm > 0 else 1.0
+    g = _map(lambda leaf: leaf * scale, g)
+    t = state.count + 1
+    mu = _map(lambda m, gi: B1 * m + (1 - B1) * gi, state.mu, g)
+    nu = _map(lambda v, gi: B2 * v + (1 - B2) * gi * gi, state.nu, g)
+    wd = float(optim.weight_decay)
+    direction = _map(
+        lambda m, v, theta: (m / (1 - B1**t)) / (np.sqrt(v / (1 - B2**t)) + eps) + wd * theta,
+        mu,
+        nu,
+        p,
+    )
+    rate = learning_rate(optim, state.count)
+    new = _map(lambda theta, d: theta - rate * d, p, direction)
+    return Step(new, Adam(t, mu, nu), rate, direction, scale)

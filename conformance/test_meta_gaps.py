@@ -6,7 +6,10 @@ float64 NumPy reference of ``cvae_rosetta.conformance.reference``.
 
 - Clipping: Adam's first update ``lr * g / (|g| + eps)`` does not depend on the gradient's scale,
   so one step at the usual clip norm cannot see whether the gradient was clipped; a clip norm that
-  brings the gradient down to Adam's ``eps`` can.
+  brings the gradient down to Adam's ``eps`` can. Gradients that small also show where epsilon is
+  added: Keras's and TensorFlow's Adam adds it to the uncorrected ``sqrt(v)``, an effective
+  ``eps / sqrt(1 - b2^t)`` (31.6 times the spec's at the first step), which the usual gradients
+  hide; the failure then names it (``common.epsilon_mistakes``).
 - Later steps: the first step of a fresh Adam equals the first step of an Adam whose state never
   advances; only the second and later steps tell them apart.
 
@@ -30,6 +33,7 @@ from cvae_rosetta.conformance.common import (
     assert_close,
     at_path,
     copy_to_host,
+    epsilon_mistakes,
     optimizer_mistakes,
     spec_noise,
     spec_step,
@@ -131,7 +135,8 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
         clip = min(1.0, optim.clip_norm / norm)
         squares = jax.tree.map(lambda s, g, c=clip: s + (c * g) ** 2, squares, ref.grads)
         grads = as32(ref.grads)
-        want, ref_state = spec_step(optim, before, grads, ref_state)
+        carried = ref_state  # the reference optimiser's state before this step
+        want, ref_state = spec_step(optim, before, grads, carried)
         restarted, _ = spec_step(optim, before, grads)
         if t > 0:
             # the check has teeth: an Adam restarted at every step would move elsewhere
@@ -148,7 +153,11 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
                 f"step {t + 1} is a fresh Adam's first step from where the implementation was: the "
                 "optimiser state does not advance (the spec's Adam carries its moments and count)",
                 restarted,
-            )
+            ),
+            *(
+                (why, spec_step(optim, before, grads, carried, eps=eps)[0])
+                for why, eps in epsilon_mistakes(t + 1)
+            ),
         ]
         for path, reliable in jax.tree_util.tree_leaves_with_path(masks):
             p0, p1, w = (np.asarray(at_path(tree, path)) for tree in (before, got, want))

@@ -23,6 +23,10 @@ What they do, in build order:
      but takes a section with no end marker to the end of the file, and inserts an empty one;
      this check refuses all of those, naming the page, the file and the sections it has.
 
+The implementations shown are the registered ones, in the registry's order, each under the label
+its module's ``ABOUT`` gives (:func:`registered_implementations`); one registered from outside the
+repository appears wherever its file has the section a page asks for.
+
 Everything here reads files only: building the site imports no framework (nor JAX).
 
 Words: a *check* is one test function of the suite (one row of the matrix); its *cases* are its
@@ -52,14 +56,47 @@ RESULTS = ROOT / "benchmarks" / "results"
 BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
 log = logging.getLogger("mkdocs.hooks.rosetta")
 
+IMPLS = ROOT / "impls"  # the built-in implementations' folder (cvae_rosetta.impls)
+
+
+def registered_implementations() -> tuple[dict[str, tuple[str, str]], set[str]]:
+    """``key: (tab label, source file)`` of every registered implementation, in the order of the
+    tabs and of every table's columns, and the keys of the built-in ones.
+
+    Read from the ``cvae_rosetta.impls`` entry points and each module's ``ABOUT`` (its label) by
+    :mod:`cvae_rosetta.spec.registry`, which imports neither an implementation nor JAX. A source
+    file is relative to :data:`ROOT` where it lives in the repository (a built-in's is its file in
+    :data:`IMPLS`, whatever copy is installed), else absolute: one registered from outside, whose
+    sections the hooks read themselves (pymdownx.snippets reads below its base path only).
+    """
+    try:
+        from cvae_rosetta.spec import registry
+    except ImportError as error:
+        raise ImportError(
+            f"docs_build/hooks.py: the implementations are read from the installed project's "
+            f"entry points, and it is not installed here ({error})"
+        ) from error
+    found, builtin = {}, set()
+    for info in registry.known():
+        source = info.source
+        if info.builtin:
+            module = info.target.partition(":")[0].removeprefix(registry.BUILTIN_PACKAGE + ".")
+            copy = IMPLS / (module.replace(".", "/") + ".py")
+            source = copy if copy.is_file() else source
+            builtin.add(info.name)
+        if source is None:
+            log.info("%s: no source file found for %s; left out", info.name, info.target)
+            continue
+        try:
+            shown = source.resolve().relative_to(ROOT).as_posix()
+        except ValueError:
+            shown = str(source.resolve())
+        found[info.name] = (info.about.label, shown)
+    return found, builtin
+
+
 # key: (tab label, source file); the order of the tabs and of every table's columns.
-IMPLEMENTATIONS = {
-    "pure_jax": ("pure JAX", "impls/pure_jax.py"),
-    "flax_linen": ("Flax Linen", "impls/flax_linen.py"),
-    "flax_nnx": ("Flax NNX", "impls/flax_nnx.py"),
-    "haiku": ("Haiku", "impls/haiku_impl.py"),
-    "equinox": ("Equinox", "impls/equinox_impl.py"),
-}
+IMPLEMENTATIONS, BUILTIN = registered_implementations()
 SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
 TOUR = ["stateful_layers", "surgery", "scan_layers", "inspect_model", "variables"]
 
@@ -181,7 +218,8 @@ def expand_rosetta(markdown: str) -> str:
     return DIRECTIVE.sub(lambda m: _tabs(m["body"]), markdown)
 
 
-def _tabs(body: str) -> str:
+def _tabs(body: str, keys: set[str] | None = None) -> str:
+    """The tab set of one directive's body; ``keys``: only these implementations."""
     lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
     if not lines:
         raise DocsError("an empty rosetta directive")
@@ -195,14 +233,65 @@ def _tabs(body: str) -> str:
         overrides[key.strip()] = refs.split()
     blocks = {}
     for key, (_, source) in IMPLEMENTATIONS.items():
-        blocks[key] = []
+        if keys is not None and key not in keys:
+            continue
+        refs = []
         for ref in overrides.get(key, default):
             file, sep, section = ref.replace("{impl}", key).rpartition(":")
             if not sep or not file or not section:
                 raise DocsError(f"rosetta directive: expected FILE:SECTION, got {ref!r}")
-            file = source if file == "impls" else file
-            blocks[key].append((f"{file} · {section}", [f'--8<-- "{file}:{section}"']))
+            refs.append((source if file == "impls" else file, section))
+        if key not in BUILTIN and not all(_has_section(f, s) for f, s in refs):
+            continue  # one registered from outside: shown where its file has what is asked for
+        blocks[key] = [(f"{_shown(f)} · {s}", _code(f, s)) for f, s in refs]
     return tab_set(blocks)
+
+
+def _inside(file: str) -> bool:
+    """Whether ``file`` (relative to :data:`ROOT`, or absolute) is in the repository, where
+    pymdownx.snippets can read it."""
+    try:
+        (ROOT / file).resolve().relative_to(ROOT.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _shown(file: str) -> str:
+    """How a code block's title names ``file``: its path in the repository, else its name."""
+    return file if _inside(file) else Path(file).name
+
+
+def _has_section(file: str, section: str) -> bool:
+    path = ROOT / file
+    return path.is_file() and section in sections_of(path)
+
+
+def _code(file: str, section: str) -> list[str]:
+    """A code block's lines for a section: a snippet line where pymdownx.snippets can read the
+    file, else the section itself, read here (a file outside the repository)."""
+    if _inside(file):
+        return [f'--8<-- "{file}:{section}"']
+    return literal(section_text(ROOT / file, section))
+
+
+# a section marker anywhere in a line: pymdownx.snippets drops such lines from what it includes
+ANY_MARKER = re.compile(r"-{1,}8<-{1,}[ \t]+\[[ \t]*(?:start|end)[ \t]*:", re.IGNORECASE)
+
+
+def section_text(path: Path, name: str) -> str:
+    """The lines of section ``name`` of ``path`` as pymdownx.snippets includes them (without the
+    lines that hold a section marker); refused where the section is missing or empty."""
+    found = sections_of(path)
+    if name not in found:
+        have = ", ".join(found) or "none"
+        raise DocsError(f"{_rel(path)} has no section {name!r} (it has: {have})")
+    start, end = found[name]
+    lines = path.read_text(encoding="utf-8").splitlines()[start : end - 1]
+    kept = [line for line in lines if not ANY_MARKER.search(line)]
+    if not any(line.strip() for line in kept):
+        raise DocsError(f"section {name!r} of {_rel(path)} is empty")
+    return "\n".join(kept)
 
 
 def tab_set(blocks: dict[str, list[tuple[str, list[str]]]]) -> str:
@@ -210,9 +299,10 @@ def tab_set(blocks: dict[str, list[tuple[str, list[str]]]]) -> str:
     implementations' keys in tab order (``data-impls``, read by ``docs/javascripts/rosetta.js``);
     ``blocks[key]`` is that tab's code blocks, each ``(title, lines)``: a snippet line for
     pymdownx.snippets, or the code itself as :func:`literal` lines."""
-    out = [f'<div class="rosetta" data-impls="{" ".join(IMPLEMENTATIONS)}" markdown>', ""]
-    for key, (label, _) in IMPLEMENTATIONS.items():
-        out += [f'=== "{label}"', ""]
+    keys = [key for key in IMPLEMENTATIONS if key in blocks]
+    out = [f'<div class="rosetta" data-impls="{" ".join(keys)}" markdown>', ""]
+    for key in keys:
+        out += [f'=== "{IMPLEMENTATIONS[key][0]}"', ""]
         for title, lines in blocks[key]:
             fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", "\n".join(lines))), default=0))
             body = [f"    {line}".rstrip() for line in lines]
@@ -248,14 +338,17 @@ def compare_files() -> str:
     for key, (_, source) in IMPLEMENTATIONS.items():
         sections = sections_of(ROOT / source)
         if list(sections) != sorted(SECTIONS):
+            if key not in BUILTIN:
+                continue  # one registered from outside, laid out otherwise: not compared
             raise DocsError(f"{source} has sections {list(sections)}, expected {SECTIONS}")
         first = min(start for start, _ in sections.values())
         lines = (ROOT / source).read_text(encoding="utf-8").splitlines()[: first - 1]
-        openings[key] = [(f"{source} · lines 1-{first - 1}", literal("\n".join(lines).rstrip()))]
+        title = f"{_shown(source)} · lines 1-{first - 1}"
+        openings[key] = [(title, literal("\n".join(lines).rstrip()))]
     out = ['<div class="rosetta-compare" markdown>', "", "## Docstring and imports", ""]
     out.append(tab_set(openings))
     for section in SECTIONS:
-        out += [f"## `{section}`", "", _tabs(f"impls:{section}")]
+        out += [f"## `{section}`", "", _tabs(f"impls:{section}", set(openings))]
     return "\n".join([*out, "</div>", ""])
 
 
@@ -389,12 +482,16 @@ def loc_table() -> str:
 
 
 def tour_loc_table() -> str:
-    rows = [_row(["tour example", *(label for label, _ in IMPLEMENTATIONS.values())])]
-    rows.append("|---|" + "---:|" * len(IMPLEMENTATIONS))
+    """Code lines of each tour example per implementation: its section named after the
+    implementation's key. A column for every built-in, and for one registered from outside that
+    some example has a section for."""
+    counts = {name: section_counts(ROOT / "examples" / "tour" / f"{name}.py") for name in TOUR}
+    keys = [k for k in IMPLEMENTATIONS if k in BUILTIN or any(k in c for c in counts.values())]
+    rows = [_row(["tour example", *(IMPLEMENTATIONS[key][0] for key in keys)])]
+    rows.append("|---|" + "---:|" * len(keys))
     for name in TOUR:
-        counts = section_counts(ROOT / "examples" / "tour" / f"{name}.py")
         rows.append(
-            _row([f"[{name}](tour/{name}.md)", *(counts.get(key, 0) for key in IMPLEMENTATIONS)])
+            _row([f"[{name}](tour/{name}.md)", *(counts[name].get(key, 0) for key in keys)])
         )
     return "\n".join(rows) + "\n"
 

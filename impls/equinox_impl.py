@@ -324,9 +324,18 @@ PATHS = {"eqx.filter_jit": filter_jit_path}
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it (`cvae impls`, install hints,
+# the docs' and the benchmark's labels, the order of listings): read from this file's text.
+ABOUT = {
+    "label": "Equinox",
+    "module": "equinox",
+    "distribution": "equinox",
+    "extra": "equinox",
+    "order": 5,
+}
 implementation = Adapter(
     name="equinox",
-    framework="equinox",
+    framework=ABOUT["distribution"],
     init_fn=lambda key, config: state_of(init_model(key, config.model), config),
     from_canonical_fn=lambda params, config: state_of(from_canonical(params, config.model), config),
     to_canonical_fn=lambda state: to_canonical(state.params),

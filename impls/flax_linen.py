@@ -232,9 +232,18 @@ PATHS: dict = {}
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it (`cvae impls`, install hints,
+# the docs' and the benchmark's labels, the order of listings): read from this file's text.
+ABOUT = {
+    "label": "Flax Linen",
+    "module": "flax",
+    "distribution": "flax",
+    "extra": "flax",
+    "order": 2,
+}
 implementation = Adapter(
     name="flax_linen",
-    framework="flax",
+    framework=ABOUT["distribution"],
     init_fn=lambda key, config: create_state(init_params(key, config.model), config),
     from_canonical_fn=lambda params, config: create_state(from_canonical_params(params), config),
     to_canonical_fn=lambda state: to_canonical_params(state.params, state.config.model),

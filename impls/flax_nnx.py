@@ -268,9 +268,12 @@ PATHS = {
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it (`cvae impls`, install hints,
+# the docs' and the benchmark's labels, the order of listings): read from this file's text.
+ABOUT = {"label": "Flax NNX", "module": "flax", "distribution": "flax", "extra": "flax", "order": 3}
 implementation = Adapter(
     name="flax_nnx",
-    framework="flax",
+    framework=ABOUT["distribution"],
     init_fn=lambda key, config: state_of(init_model(key, config.model), config),
     from_canonical_fn=lambda params, config: create_state(from_canonical(params), config),
     to_canonical_fn=lambda state: to_canonical(state.params),

@@ -188,9 +188,18 @@ PATHS: dict = {}
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it (`cvae impls`, install hints,
+# the docs' and the benchmark's labels, the order of listings): read from this file's text.
+ABOUT = {
+    "label": "Haiku",
+    "module": "haiku",
+    "distribution": "dm-haiku",
+    "extra": "haiku",
+    "order": 4,
+}
 implementation = Adapter(
     name="haiku",
-    framework="dm-haiku",
+    framework=ABOUT["distribution"],
     init_fn=lambda key, config: create_state(init_params(key, config.model), config),
     from_canonical_fn=lambda params, config: create_state(from_canonical(params), config),
     to_canonical_fn=lambda state: to_canonical(state.params, state.config.model),

@@ -128,9 +128,12 @@ PATHS: dict = {}
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it (`cvae impls`, install hints,
+# the docs' and the benchmark's labels, the order of listings): read from this file's text.
+ABOUT = {"label": "pure JAX", "module": "jax", "distribution": "jax", "extra": None, "order": 1}
 implementation = Adapter(
     name="pure_jax",
-    framework="jax",
+    framework=ABOUT["distribution"],
     init_fn=lambda key, config: create_state(init_params(key, config.model), config),
     from_canonical_fn=create_state,
     to_canonical_fn=lambda state: state.params,

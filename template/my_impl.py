@@ -192,11 +192,17 @@ PATHS: dict = {}
 
 
 # --8<-- [start:adapter]
+# What the project says of this implementation without importing it, once it is registered under
+# the entry-point group `cvae_rosetta.impls` (`cvae impls`, the docs' and the benchmark's labels):
+# read from this file's text. Optional, each key too: its label on the pages, the module its
+# framework imports as (whether it is installed), that framework's distribution (whose version is
+# listed and recorded: "flax", "dm-haiku", ...).
+ABOUT = {"label": "my CVAE", "module": "jax", "distribution": "jax"}
 # The protocol (SPEC section 6), wired to the functions above: nothing to change but the name and
-# the framework. The suite and `cvae train` load it as "mypackage.my_impl:implementation".
+# ABOUT. The suite and `cvae train` load it as "mypackage.my_impl:implementation".
 implementation = Adapter(
     name="my_impl",  # a short identifier, printed in the suite's report and by `cvae train`
-    framework="jax",  # the distribution whose version the report prints: "flax", "dm-haiku", ...
+    framework=ABOUT["distribution"],  # the distribution whose version the report prints
     init_fn=lambda key, config: create_state(init_params(key, config.model), config),
     from_canonical_fn=lambda params, config: create_state(
         from_canonical_params(params, config.model), config

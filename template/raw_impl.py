@@ -358,7 +358,14 @@ def loss_fn(params: Params, batch: Any, key: jax.Array, config: Any):
 # --8<-- [start:state]
 @functools.cache  # one transformation per (hashable) optimiser config: equal configs compile once
 def optimizer(optim: Any) -> optax.GradientTransformation:
-    """SPEC section 5: clip to the global norm, then AdamW."""
+    """SPEC section 5: clip to the global norm, then AdamW, at the constant rate only. A schedule
+    is refused before anything is computed (the suite reports its schedule check as not
+    applicable) rather than silently trained at the constant rate."""
+    if optim.schedule != "constant":
+        raise ValueError(
+            f"optim.schedule: expected constant (this implementation has no learning-rate "
+            f"schedules), got {optim.schedule}"
+        )
     return optax.chain(
         optax.clip_by_global_norm(optim.clip_norm),
         optax.adamw(
@@ -405,12 +412,19 @@ def train_step(state: TrainState, batch: Any, key: jax.Array) -> tuple[TrainStat
 
 
 # --8<-- [start:protocol]
+# What the project says of this implementation without importing it, once registered under the
+# entry-point group `cvae_rosetta.impls` (optional, each key too): its label on the pages, the
+# module it needs, the distribution whose version is listed and recorded. Read from this file's
+# text.
+ABOUT = {"label": "raw JAX", "module": "jax", "distribution": "jax"}
+
+
 class RawCVAE:
     """The protocol of SPEC section 6, member by member. Every entry validates its input first
     (shapes and dtypes always, values on concrete arrays), then computes."""
 
     name = "raw_jax"
-    framework = "jax"  # the distribution whose version the suite's report header prints
+    framework = ABOUT["distribution"]  # the distribution whose version the report header prints
 
     def init(self, key: jax.Array, config: Any) -> TrainState:
         config = check_config(config)

@@ -504,8 +504,12 @@ MEASUREMENT = [
 
 
 def test_measurement_code_stays_small_and_stands_on_the_package_alone():
+    """What measures stays within 1.75 times what it measures (the implementations' files)."""
     lines = sum(len(p.read_text().splitlines()) for p in MEASUREMENT)
-    assert lines <= 3000, f"measurement code: expected at most 3,000 lines, got {lines}"
+    measured = sum(len(p.read_text().splitlines()) for p in (ROOT / "impls").glob("*.py"))
+    assert lines <= 1.75 * measured, (
+        f"measurement code: expected at most 1.75 times the {measured} lines of impls/, got {lines}"
+    )
     for path in MEASUREMENT:
         text = path.read_text()
         assert "sys.path" not in text, path

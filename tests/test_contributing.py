@@ -1,16 +1,21 @@
 """``CONTRIBUTING.md`` against the repository: every file it names exists, each recipe names the
-test that guards it, and the built-in recipe lists every registry of built-in implementations
-there is (a file outside the tests and the docs prose that names every one of them)."""
+test that guards it, and the built-in recipe names the one list of built-in implementations
+(``pyproject.toml``'s entry points, and ``tox.ini``'s environment for each), which no other file of
+the project's code repeats: everything else reads each implementation's ``ABOUT``."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-BUILTINS = ("pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox")
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+BUILTINS = list(PYPROJECT["project"]["entry-points"]["cvae_rosetta.impls"])
+LISTS = {"pyproject.toml", "tox.ini"}  # the entry points and extras; an environment for each
 PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|md|toml|ini|yml|json))`")
 
 
@@ -45,10 +50,35 @@ def test_every_recipe_names_the_tests_that_guard_it():
             assert (ROOT / path).exists(), (name, path)
 
 
-def test_the_built_in_recipe_lists_every_registry_of_built_ins():
+def lists_every_builtin(name: str, text: str) -> bool:
+    """Whether a file lists every built-in: in Python, one literal (a tuple, list or set of
+    strings, a dict's keys, a string) that holds every name; in any other file, the text."""
+    if not name.endswith(".py"):
+        return all(b in text for b in BUILTINS)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [key for key in node.keys if key is not None]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if all(b in node.value for b in BUILTINS):
+                return True
+            continue
+        else:
+            continue
+        strings = {i.value for i in items if isinstance(i, ast.Constant)}
+        if set(BUILTINS) <= strings:
+            return True
+    return False
+
+
+def test_the_built_ins_are_listed_once_and_the_recipe_says_where():
+    """The recipe names the files that list the built-ins, and they are the only ones: the
+    project's code (tests, examples and docs prose aside) reads the entry points instead."""
+    assert len(BUILTINS) >= 5
     body = recipes()["A built-in implementation"]
-    registries = body[body.index("The registries") : body.index("Guarded by:")]
-    listed = set(PATH.findall(registries))
+    lists = body[body.index("The one list") : body.index("Its docs text")]
+    assert set(PATH.findall(lists)) == LISTS
     found = set()
     for name in tracked():
         if name.startswith(("tests/", "examples/", "benchmarks/results/", "docs/data/")):
@@ -56,7 +86,18 @@ def test_the_built_in_recipe_lists_every_registry_of_built_ins():
         path = ROOT / name
         if name.endswith((".md", ".png", ".json")) or not path.is_file():
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if all(b in text for b in BUILTINS):
+        if lists_every_builtin(name, path.read_text(encoding="utf-8", errors="replace")):
             found.add(name)
-    assert listed == found
+    assert found == LISTS
+
+
+def test_the_guard_sees_a_list_in_every_form():
+    names = ", ".join(map(repr, BUILTINS))
+    spaced = " ".join(BUILTINS)
+    for source in (f"X = ({names})", f"X = [{names}]", f"X = {{{names}}}", f"X = {spaced!r}"):
+        assert lists_every_builtin("x.py", source), source
+    keys = ", ".join(f"{n!r}: 1" for n in BUILTINS)
+    assert lists_every_builtin("x.py", f"X = {{{keys}}}")
+    assert lists_every_builtin("x.sh", " ".join(BUILTINS))
+    rows = "\n".join(f"R{i} = ({n!r}, 'a need')" for i, n in enumerate(BUILTINS))
+    assert not lists_every_builtin("x.py", rows)  # a table of rows, each naming one

@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 RESULTS = ROOT / "benchmarks" / "results"
 BACKENDS = {"CPU": "bench_cpu.json", "GPU": "bench_gpu.json"}
-OBJECT_STYLES = ("flax_nnx", "equinox")  # the implementations with idiomatic paths of their own
+OBJECT_STYLES = ("flax_nnx", "equinox")  # the implementations with idiomatic paths on both backends
+# Idiomatic paths that wrap nothing around ``jax.jit`` (Keras's fit step is Keras's own jit of the
+# same step): not held to "slower per call", only to "never faster than the fast path".
+UNWRAPPED = ("keras:model.fit step",)
 PAGES = sorted([*DOCS.glob("topics/*.md"), *DOCS.glob("tour/*.md")])
 
 
@@ -97,7 +100,7 @@ def slower_at_the_smallest_batch() -> list[str]:
         for impl in OBJECT_STYLES:
             if not any(r["impl"] == impl for r in rows):
                 wrong.append(f"{backend} batch {size}: no idiomatic path of {impl}")
-        for row in rows:
+        for row in (r for r in rows if name(r) not in UNWRAPPED):
             e = against_fast(backend, size, row)
             if not (e["ratio"] > 1 and e["within_noise"] is False):
                 wrong.append(f"{backend} batch {size}: {name(row)} {shown(e)} of its fast path")
@@ -185,9 +188,14 @@ CLAIMS = [
     Claim("topics/jit.md", "Objects cost more per call:", (slower_at_the_smallest_batch,)),
     Claim(
         "topics/jit.md",
-        "At the smallest batch measured, on the CPU and on the GPU, each idiomatic path is slower "
-        "than its own fast path by more than the noise of the measurement.",
+        "At the smallest batch measured, on the CPU and on the GPU, each idiomatic path that wraps "
+        "the call is slower than its own fast path by more than the noise of the measurement.",
         (slower_at_the_smallest_batch,),
+    ),
+    Claim(
+        "topics/jit.md",
+        "Keras's `model.fit` step wraps nothing: it is Keras's own `jax.jit` of the same step",
+        (never_faster_than_the_fast_path,),
     ),
     Claim(
         "topics/jit.md",

@@ -39,6 +39,9 @@ hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)  # it reads files only: no MkDocs needed
 IMPLEMENTATIONS, SECTIONS = hooks.IMPLEMENTATIONS, hooks.SECTIONS
 LABELS = [label for label, _ in IMPLEMENTATIONS.values()]
+NUMBER = dict(
+    enumerate(["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
+)  # rosetta.js's words
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDE, NARROW = 1440, 800  # where a pair fits 100-character lines; where the columns are tabs
 
@@ -289,15 +292,15 @@ SPLIT_TOKENS = r"""() => {
 
 
 def check_columns(layout, name: str) -> None:
-    """All five, one column each, side by side within the page and under their labels."""
+    """Every implementation, one column each, side by side within the page and under its label."""
     for i, s in enumerate(layout["sets"]):
         where = f"{name} tab set {i}"
         blocks, labels = s["blocks"], s["labels"]
-        assert [b["shown"] for b in blocks] == [True] * 5, where
+        assert [b["shown"] for b in blocks] == [True] * len(LABELS), where
         assert [label["text"] for label in labels if label["shown"]] == LABELS, where
         assert max(b["top"] for b in blocks) - min(b["top"] for b in blocks) < 1, where
         lefts = [b["left"] for b in blocks]
-        assert lefts == sorted(lefts) and len(set(lefts)) == 5, (where, lefts)
+        assert lefts == sorted(lefts) and len(set(lefts)) == len(LABELS), (where, lefts)
         for b, label in zip(blocks, labels, strict=True):
             assert b["width"] > 150, (where, b)
             assert s["box"]["left"] - 1 <= b["left"] and b["right"] <= s["box"]["right"] + 1, where
@@ -349,7 +352,7 @@ def check_pair(layout, pair: tuple[str, str], name: str, *, columns: bool) -> No
 
 @pytest.mark.parametrize("width", [WIDE, NARROW])
 def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
-    """All five as columns at 1440 px, as tabs at 800 px; nothing wider than the window at either,
+    """All as columns at 1440 px, as tabs at 800 px; nothing wider than the window at either,
     and at 1440 px no code line broken inside a name or any other token."""
     (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
@@ -404,7 +407,7 @@ def headings(page) -> list[str]:
 
 
 def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_url):
-    """Every ordered pair of the five, chosen with the controls on the compare page at 1440 px:
+    """Every ordered pair of them, chosen with the controls on the compare page at 1440 px:
     the two files' openings and sections, each beside the same one of the other, aligned and
     unwrapped; the address names the pair, and opening it elsewhere shows the same view."""
     shots = SHOTS / "pair"
@@ -456,9 +459,9 @@ def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_
 
 
 def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_url):
-    """On a topic page: all five at first; "Two" and the two lists choose a pair, which every
+    """On a topic page: all of them at first; "Two" and the two lists choose a pair, which every
     topic and tour page then shows (and its address names), and which the link to the whole
-    files carries to the compare page; "All five" brings the columns back, on every page."""
+    files carries to the compare page; "All six" brings the columns back, on every page."""
     shots = SHOTS / "pair"
     shots.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
@@ -487,7 +490,7 @@ def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_
     check_pair(page.evaluate(LAYOUT), ("haiku", "pure_jax"), "compare from a topic", columns=True)
 
     page.goto(base_url + url_path(first))
-    page.get_by_label("All five").check()
+    page.get_by_label(f"All {NUMBER[len(LABELS)]}").check()
     assert page.evaluate("location.search") == ""
     for name in (first, SIDE_BY_SIDE[-1]):
         page.goto(base_url + url_path(name))
@@ -511,7 +514,7 @@ def test_a_pair_stacks_on_a_narrow_screen(browser, base_url):
     assert not problems, problems
 
 
-def test_without_javascript_the_compare_page_shows_all_five(browser, base_url):
+def test_without_javascript_the_compare_page_shows_them_all(browser, base_url):
     problems: list[str] = []
     page = new_page(browser, base_url, WIDE, problems, java_script_enabled=False)
     page.goto(base_url + url_path(COMPARE))

@@ -30,7 +30,8 @@ TINY = [
     *("--data", "synthetic", "--batch-size", "64", "--latent-dim", "2", "--encoder-dims", "8"),
     *("--decoder-dims", "8", "--iw-samples", "1", "--no-progress", "--epochs", "2"),
 ]
-BLOCKED = ("flax", "haiku", "equinox", "optax", "orbax", "chex", "jmp", "tensorstore", "sklearn")
+FRAMEWORKS = ("flax", "haiku", "equinox", "keras")
+BLOCKED = (*FRAMEWORKS, "optax", "orbax", "chex", "jmp", "tensorstore", "sklearn")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_convert_writes_the_canonical_checkpoint(trained, tmp_path, capsys):
     assert loaded.progress == latest.progress
     # the file is framework-neutral: any implementation takes it up
     for info in protocol.known():
-        if not info.installed or info.name not in protocol.BUILTIN:
+        if not info.installed or not info.builtin:
             continue
         impl = protocol.load(info.name)
         state = checkpoint.implementation_state(impl, loaded.state, loaded.config)

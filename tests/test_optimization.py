@@ -27,9 +27,9 @@ from cvae_rosetta.conformance.plugin import (
     fully_optimized,
 )
 from cvae_rosetta.spec.config import Config, LossConfig
-from cvae_rosetta.spec.protocol import load
+from cvae_rosetta.spec.protocol import known, load
 
-IMPLS = ("pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox")
+IMPLS = [info.name for info in known() if info.builtin]  # cross: every one installed
 # the numerics modules' settings: both compute dtypes and both loss kinds
 CASES = (("float32", "bernoulli"), ("bfloat16", "mse"))
 _METADATA = re.compile(r",? ?metadata=\{[^}]*\}")

@@ -89,7 +89,7 @@ def test_a_session_that_does_not_ask_for_the_suite_is_left_alone(tmp_path):
 
                 from hypothesis import given, settings, strategies as st
 
-                FRAMEWORKS = {"jax", "jaxlib", "flax", "haiku", "equinox", "optax"}
+                FRAMEWORKS = {"jax", "jaxlib", "flax", "haiku", "equinox", "keras", "optax"}
 
 
                 def test_nothing_is_imported_and_the_fixture_is_mine(impl):
@@ -365,7 +365,7 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
         f"({layers.describe('loss')}): test_loss_matches_reference[bernoulli-1.0]: "
     )
     assert line in output, output[-3000:]
-    assert "; 1 later failure follows from it" in output, output[-3000:]
+    assert "; 1 later failure (fix this one first: it may follow from it)" in output, output[-3000:]
     assert "an earlier layer failed: loss" in output, output[-3000:]
 
     report = json.loads((tmp_path / "conformance-report.json").read_text())
@@ -448,7 +448,7 @@ def test_diagnosis_names_the_first_failure_of_the_earliest_layer():
     assert diagnosis_line("mypkg:impl", found) == (
         "cvae-rosetta diagnosis: mypkg:impl: layer 'forward' "
         "(encode and decode against the float64 reference): f1: first; "
-        "3 later failures follow from it"
+        "3 later failures (fix this one first: they may follow from it)"
     )
     assert diagnosis({"test_spec.py::a": {"outcome": "passed", "layer": "surface"}}) is None
 

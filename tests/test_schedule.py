@@ -131,6 +131,82 @@ def test_learning_rates_are_the_schedule_at_the_steps_before():
     assert learning_rates(OptimConfig(), [1, 2]).tolist() == [np.float32(1e-3)] * 2
 
 
+# --- the conformance suite's float64 reference of the schedules ----------------------------------
+
+SCHEDULED = [
+    OptimConfig(schedule="cosine", learning_rate=3e-3, decay_steps=6, end_learning_rate=2e-4),
+    OptimConfig(schedule="cosine", decay_steps=1),
+    OptimConfig(
+        schedule="warmup_cosine", learning_rate=2e-3, warmup_steps=3, decay_steps=9,
+        end_learning_rate=1e-4, weight_decay=0.1, clip_norm=0.5,
+    ),
+    OptimConfig(schedule="warmup_cosine", warmup_steps=1, decay_steps=2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("optim", SCHEDULED, ids=lambda o: o.schedule)
+def test_the_reference_schedules_are_the_spec_optimizers(optim):
+    """``conformance/reference.py`` writes the schedules and AdamW from their formulas, in float64
+    (no optax): its rates are the shared optimiser's, and so are its steps, to float32 rounding."""
+    from cvae_rosetta.conformance import reference
+
+    steps = np.arange(1, optim.decay_steps + 4)  # past the schedule's end
+    want = learning_rates(optim, steps)
+    got = [reference.learning_rate(optim, int(t) - 1) for t in steps]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+
+    tx = make_optimizer(optim)
+    start = {"w": jnp.linspace(-1.0, 1.0, 7), "b": jnp.ones(3)}
+    ours, state, ref, ref_state = start, tx.init(start), start, None
+    for t in steps:
+        grads = jax.tree.map(lambda x, t=t: jnp.sin(x * t) * 3.0, start)
+        updates, state = jax.jit(tx.update)(grads, state, ours)
+        ours = optax.apply_updates(ours, updates)
+        step = reference.adamw_step(ref, grads, optim, ref_state)
+        ref, ref_state = step.params, step.state
+        assert step.rate == reference.learning_rate(optim, int(t) - 1)
+        for key in start:
+            np.testing.assert_allclose(ours[key], ref[key], rtol=1e-6, atol=1e-7, err_msg=str(t))
+
+
+def _refusing(where: str):
+    """The reference implementation, refusing every scheduled config in ``where``."""
+    import dataclasses
+
+    from cvae_rosetta.spec import protocol
+
+    base = protocol.load("pure_jax")
+
+    def refuse(config):
+        if config.optim.schedule != "constant":
+            raise ConfigError(f"optim.schedule: expected constant, got {config.optim.schedule}")
+
+    if where == "from_canonical":
+
+        def create(params, config):
+            refuse(config)
+            return base.from_canonical_fn(params, config)
+
+        return dataclasses.replace(base, from_canonical_fn=create)
+
+    def step(state, batch, eps):
+        refuse(state.config)
+        return base.train_step_fn(state, batch, eps)
+
+    return dataclasses.replace(base, train_step_fn=step)
+
+
+@pytest.mark.parametrize("where", ["from_canonical", "train_step"])
+def test_the_schedule_check_is_not_applicable_to_an_implementation_that_refuses_them(where):
+    """A ``ConfigError`` from ``from_canonical`` or the first ``train_step`` of a scheduled config
+    reports the conformance suite's schedule check as not applicable, never as passed."""
+    from cvae_rosetta.conformance import test_schedules as schedules
+
+    check = schedules.test_train_step_follows_the_learning_rate_schedule
+    with pytest.raises(pytest.skip.Exception, match="^not applicable: .*optim.schedule="):
+        check(_refusing(where), schedules.WARMUP_COSINE)
+
+
 # --- through the CLI -----------------------------------------------------------------------------
 
 

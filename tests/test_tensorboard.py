@@ -26,8 +26,13 @@ from run_helpers import INSTALLED, TINY, TOTAL, train
 from cvae_rosetta.cli import main
 
 STEP_TAGS = ("train/loss", "train/recon", "train/kl", "train/learning_rate", "train/grad_norm")
-# each implementation where its framework is installed (tox: flax_nnx, equinox, cross)
-NEEDS = {"flax_linen": "needs_flax", "flax_nnx": "needs_flax", "equinox": "needs_equinox"}
+# each implementation where its framework is installed (tox: flax_nnx, equinox, keras, cross)
+NEEDS = {
+    "flax_linen": "needs_flax",
+    "flax_nnx": "needs_flax",
+    "equinox": "needs_equinox",
+    "keras": "needs_keras",
+}
 IMPLEMENTATIONS = [
     pytest.param(n, marks=[] if n == "pure_jax" else getattr(pytest.mark, NEEDS.get(n, "cross")))
     for n in INSTALLED

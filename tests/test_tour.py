@@ -9,12 +9,18 @@ with that reason. ``tox -e docs`` runs it with all of them.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-for framework in ("flax", "haiku", "equinox"):
+from cvae_rosetta.spec import registry
+
+# Keras picks its backend once, at its first import (below, or in the tour's files): JAX.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+BUILTIN = [info for info in registry.known() if info.builtin]
+for framework in dict.fromkeys(info.module for info in BUILTIN):
     pytest.importorskip(framework, reason=f"the tour imports every framework; {framework} is not")
 
 import jax.numpy as jnp  # noqa: E402
@@ -22,8 +28,8 @@ import jax.numpy as jnp  # noqa: E402
 pytestmark = pytest.mark.docs
 
 TOUR = Path(__file__).resolve().parent.parent / "examples" / "tour"
-# Not ``impl``: the name of the conformance suite's own fixture.
-IMPLEMENTATIONS = ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox"]
+# Not ``impl``: the name of the conformance suite's own fixture. The built-in ones, in order.
+IMPLEMENTATIONS = [info.name for info in BUILTIN]
 
 
 def load(name: str):

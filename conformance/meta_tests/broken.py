@@ -30,7 +30,7 @@ from cvae_rosetta.spec.canonical import layer_sizes
 from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
 from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
 from cvae_rosetta.spec.model import condition, noise, reparameterize, split_moments
-from cvae_rosetta.spec.optim import make_optimizer
+from cvae_rosetta.spec.optim import make_optimizer, schedule
 from cvae_rosetta.spec.protocol import Adapter
 from cvae_rosetta.spec.state import TrainState
 from cvae_rosetta.spec.validation import (
@@ -476,6 +476,69 @@ def gradient_clipping_missing():
     return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
 
 
+@functools.cache
+def _constant_rate(optim: OptimConfig) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        optax.adamw(
+            optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+        ),
+    )
+
+
+@bug
+def schedule_ignored():
+    """The optimiser built from ``learning_rate`` alone, ``optax.adamw(optim.learning_rate,
+    ...)``: ``optim.schedule`` and its fields are never read, so a run asked for a warm-up and a
+    cosine decay trains at the constant peak rate without a word."""
+    create = _state_with_optimizer(_constant_rate)
+    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+
+
+def _adam_epsilon_on_uncorrected_root(
+    b1: float, b2: float, eps: float
+) -> optax.GradientTransformation:
+    """Adam as Keras and TensorFlow write it: ``lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)`` and
+    ``m / (sqrt(v) + eps)``, in optax's state (a ``ScaleByAdamState``)."""
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros, nu=zeros)
+
+    def update(updates, state, params=None):
+        del params
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        count = optax.safe_int32_increment(state.count)
+        t = count.astype(jnp.float32)
+        corrected = jnp.sqrt(1 - b2**t) / (1 - b1**t)
+        updates = jax.tree.map(lambda m, v: corrected * m / (jnp.sqrt(v) + eps), mu, nu)
+        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+@functools.cache
+def _keras_adamw(optim: OptimConfig) -> optax.GradientTransformation:
+    rate = optim.learning_rate if optim.schedule == "constant" else schedule(optim)
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        _adam_epsilon_on_uncorrected_root(0.9, 0.999, 1e-8),
+        optax.add_decayed_weights(optim.weight_decay),
+        optax.scale_by_learning_rate(rate),
+    )
+
+
+@bug
+def adam_epsilon_on_uncorrected_root():
+    """AdamW as ``keras.optimizers.AdamW`` computes it, with the spec's epsilon: the bias
+    corrections folded into the rate, ``lr * sqrt(1 - b2^t) / (1 - b1^t)``, and epsilon added to
+    the uncorrected ``sqrt(v)``, so the effective epsilon is ``eps / sqrt(1 - b2^t)``, 31.6 times
+    the spec's at the first step (invisible until the gradients are tiny)."""
+    create = _state_with_optimizer(_keras_adamw)
+    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+
+
 def _retracing_step(state, batch, eps):
     new, metrics = BASE.train_step_fn(state, batch, eps)
     # an uncached make_optimizer: a fresh transformation, unequal to the last one, every step
@@ -634,6 +697,17 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "optimizer_state_not_advanced": ("later_steps", "the optimiser state does not advance"),
     "weight_decay_as_l2_loss": ("step", "an L2 penalty"),
     "gradient_clipping_missing": ("step", "without clip_by_global_norm"),
+    "schedule_ignored": (
+        "later_steps",
+        "with optim.schedule='warmup_cosine', the parameters after step 1 (warm-up, rate 0) "
+        "differ from the float64 reference as if the learning rate were constant at 0.003 "
+        "(optim.learning_rate): the schedule is ignored",
+    ),
+    "adam_epsilon_on_uncorrected_root": (
+        "step",
+        "epsilon added to the uncorrected sqrt(v) (Keras's and TensorFlow's Adam): effective "
+        "epsilon eps/sqrt(1-b2^t)",
+    ),
     "optimizer_rebuilt_every_step": ("jit", "traced 3 times"),
     "key_ignored": ("loss", "eps = normal(key, (B, L))"),
     "hidden_rng_state": ("loss", "eps = normal(key, (B, L))"),

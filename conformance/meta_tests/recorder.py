@@ -41,11 +41,10 @@ from pathlib import Path
 
 import pytest
 
-from cvae_rosetta.conformance import layers
+from cvae_rosetta.conformance import layers, plugin
 from cvae_rosetta.conformance.meta_tests.runner import check_id, layer_of_check
 
 STOPPED = "meta tests: not run, an earlier check of this implementation failed"
-MAPS, MAX_MAP_COUNT = Path("/proc/self/maps"), Path("/proc/sys/vm/max_map_count")
 
 
 class _State:
@@ -64,7 +63,7 @@ class _State:
         self.phases: dict[str, list[pytest.TestReport]] = {}  # nodeid -> its reports so far
         self.independent: list[str] = []  # nodeids of the checks that take no implementation
         self.caught: set[str] = set()
-        self.mapping_limit = _mapping_limit()
+        self.mapping_limit = plugin.mapping_limit()
         self.start = time.time()
 
     def write(self, **event) -> None:
@@ -76,24 +75,8 @@ class _State:
 _SESSION: list[_State] = []
 
 
-def _mappings() -> int | None:
-    """How many memory mappings this process holds (None: not Linux)."""
-    try:
-        with MAPS.open("rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return None
-
-
-def _mapping_limit() -> int:
-    try:
-        return int(MAX_MAP_COUNT.read_text())
-    except (OSError, ValueError):
-        return 65530
-
-
 def _keep_within_the_mapping_limit(state: _State) -> None:
-    before = _mappings()
+    before = plugin.mappings()
     if before is None or before <= state.mapping_limit // 2:
         return
     import gc
@@ -102,7 +85,7 @@ def _keep_within_the_mapping_limit(state: _State) -> None:
 
     jax.clear_caches()
     gc.collect()
-    state.write(event="caches_cleared", mappings_before=before, mappings_after=_mappings())
+    state.write(event="caches_cleared", mappings_before=before, mappings_after=plugin.mappings())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

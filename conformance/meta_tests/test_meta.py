@@ -25,9 +25,11 @@ Not collected by ``pytest --pyargs cvae_rosetta.conformance``; run it explicitly
 tox's ``meta`` environment does, to stay within the CI budget); the checks run in the order of the
 suite's layers, so that check is the cause the plugin's diagnosis names, and every check of an
 earlier layer has passed by then (a bug caught late costs every earlier layer's checks).
-``CVAE_META_RESULTS`` keeps each run's JSON summary (the report reads them) and each session's
-record and output; ``CVAE_META_WORKERS=2``
-runs two sessions side by side (worth it on two otherwise idle cores); ``CVAE_META_TIMEOUT``
+``CVAE_META_ONLY=NAME,NAME`` runs those broken implementations only (and the reference), to try a
+new one: ``CVAE_META_FAST=1 CVAE_META_ONLY=schedule_ignored pytest --pyargs
+cvae_rosetta.conformance.meta_tests``. ``CVAE_META_RESULTS`` keeps each run's JSON summary (the
+report reads them) and each session's record and output; ``CVAE_META_WORKERS=2`` runs two
+sessions side by side (worth it on two otherwise idle cores); ``CVAE_META_TIMEOUT``
 bounds each run in seconds; ``CVAE_META_PYTEST_ARGS`` adds pytest arguments to every session
 (``-k ...`` to leave slow checks out; the table is then incomplete).
 """
@@ -47,7 +49,12 @@ REFERENCE = "pure_jax"
 # CVAE_META_FAST=1 (the `meta` tox environment): each broken implementation's run stops at its first
 # failing check. Without it every check runs, which the docs' table of catches needs.
 FAST = os.environ.get("CVAE_META_FAST") == "1"
-TARGETS = [REFERENCE, *(f"{broken.__name__}:{name}" for name in broken.NAMES)]
+# CVAE_META_ONLY=NAME,NAME: those broken implementations only (and the reference), to try one
+# without the whole run.
+ONLY = [name for name in os.environ.get("CVAE_META_ONLY", "").split(",") if name.strip()]
+assert set(ONLY) <= set(broken.NAMES), f"CVAE_META_ONLY names no broken implementation: {ONLY}"
+SELECTED = [name for name in broken.NAMES if not ONLY or name in ONLY]
+TARGETS = [REFERENCE, *(f"{broken.__name__}:{name}" for name in SELECTED)]
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +92,7 @@ def test_the_suite_passes_on_the_reference(reference_run):
     assert reference_run.independent, _describe(reference_run)
 
 
-@pytest.mark.parametrize("name", broken.NAMES)
+@pytest.mark.parametrize("name", SELECTED)
 def test_the_suite_fails_on_a_broken_implementation(name, suite_runs, reference_run):
     run = suite_runs[name]
     assert run.valid, "the suite did not run to its end: " + _describe(run)
@@ -179,7 +186,7 @@ def test_every_check_of_the_suite_has_its_layer():
             assert test in layers.CHECKS or name in layers.MODULES, f"{name}::{test} has no layer"
 
 
-@pytest.mark.parametrize("name", broken.NAMES)
+@pytest.mark.parametrize("name", SELECTED)
 def test_the_diagnosis_names_the_layer_and_the_cause(name, suite_runs):
     """The cause a run names (the first failed check of the earliest layer that failed, see
     ``SuiteRun.diagnosis``) is in the layer ``broken.EXPECTED`` gives, and the first line of its
@@ -289,12 +296,13 @@ def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeyp
 
     import jax
 
+    from cvae_rosetta.conformance import plugin
     from cvae_rosetta.conformance.meta_tests import recorder
 
     cleared, events = [], []
     monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(1))
     maps = tmp_path / "maps"
-    monkeypatch.setattr(recorder, "MAPS", maps)
+    monkeypatch.setattr(plugin, "MAPS", maps)
     state = types.SimpleNamespace(mapping_limit=20, write=lambda **event: events.append(event))
     maps.write_text("mapping\n" * 10)
     recorder._keep_within_the_mapping_limit(state)
@@ -302,6 +310,6 @@ def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeyp
     maps.write_text("mapping\n" * 11)
     recorder._keep_within_the_mapping_limit(state)
     assert cleared == [1] and events[0]["event"] == "caches_cleared"
-    monkeypatch.setattr(recorder, "MAPS", tmp_path / "absent")  # not Linux: nothing to watch
+    monkeypatch.setattr(plugin, "MAPS", tmp_path / "absent")  # not Linux: nothing to watch
     recorder._keep_within_the_mapping_limit(state)
     assert cleared == [1]

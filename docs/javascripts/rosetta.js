@@ -1,12 +1,12 @@
 // The side-by-side tab sets (<div class="rosetta" data-impls="KEY ...">, made by
 // docs_build/hooks.py) and the reader's choice of what they show.
 //
-// - The view: all five implementations (columns on a wide screen, linked tabs on a narrow one), or
+// - The view: every implementation (columns on a wide screen, linked tabs on a narrow one), or
 //   two of them, in the order picked ("pair"). A control above the first tab set of a page picks
 //   it. The choice is in the address (?a=KEY&b=KEY for a pair), so a link opens the same view,
 //   and in localStorage, so the next page opens with it too. The compare page (whole files,
 //   <div class="rosetta-compare">) always shows a pair; its default is Flax Linen against NNX.
-// - Lines never break inside a name. In five columns long lines wrap, but only at spaces, after an
+// - Lines never break inside a name. In six columns long lines wrap, but only at spaces, after an
 //   opening bracket, a comma or "=", and before a dot; a token without a space in it is never
 //   split, and a continuation hangs four characters right of the line's own indentation (--hang;
 //   the indentation itself never wraps). A pair's two columns do not wrap at all (the CSS).
@@ -152,6 +152,8 @@
     return new URL(base + "/compare/", location.href).pathname;
   }
 
+  const NUMBERS = ["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"];
+
   function makeControl(keys, labels, compare) {
     const control = document.createElement("form");
     control.className = "rosetta-view";
@@ -160,7 +162,7 @@
       .map((key, i) => `<option value="${key}">${labels[i]}</option>`)
       .join("");
     control.innerHTML = `
-      ${compare ? "" : `<label><input type="radio" name="view" value="all"> All five</label>
+      ${compare ? "" : `<label><input type="radio" name="view" value="all"> All ${NUMBERS[keys.length] || keys.length}</label>
       <label><input type="radio" name="view" value="pair"> Two:</label>`}
       <select name="a" aria-label="Left">${options}</select>
       <button type="button" class="rosetta-swap" title="Swap left and right"

@@ -11,6 +11,9 @@ summary the framework prints:
 - Haiku: ``hk.experimental.tabulate(transformed)(x)``, and ``hk.data_structures.tree_size``;
 - Equinox: ``eqx.tree_pformat(model)``: the model is a pytree and prints as one; the count is over
   ``eqx.filter(model, eqx.is_array)``;
+- Keras 3: ``model.summary()`` (a table of layers, output shapes and parameter counts, split into
+  trainable and not) and ``model.count_params()``; the summary shows no weight shapes, so a line
+  per variable (``v.path``, ``v.shape``) is added;
 - pure JAX: the parameters are a pytree: ``jax.tree_util.tree_flatten_with_path`` gives a line per
   leaf.
 
@@ -19,6 +22,7 @@ Run it: ``python -m examples.tour.inspect_model``.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import equinox as eqx
@@ -27,6 +31,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
+
+# Keras 3 picks its backend once, at its first import: JAX here (another one set is an error).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras
+
+if keras.config.backend() != "jax":
+    raise ImportError(f"the tour runs Keras on JAX, not on {keras.config.backend()!r}")
 
 PARAMETERS = 4 * 8 + 8 + 8 * 2 + 2
 PLAIN = {"force_terminal": False, "no_color": True, "width": 100}  # rich's console: no colours
@@ -136,12 +147,32 @@ def run_equinox(x: jax.Array) -> Observed:
 # --8<-- [end:equinox]
 
 
+# --8<-- [start:keras]
+def run_keras(x: jax.Array) -> Observed:
+    model = keras.Sequential(
+        [
+            keras.Input(x.shape[1:]),  # with the input's shape the model is built at once
+            keras.layers.Dense(8, activation="relu", name="hidden"),
+            keras.layers.Dense(2, name="out"),
+        ],
+        name="mlp",
+    )
+    lines = []
+    model.summary(print_fn=lines.append)  # a print_fn gets the table as plain text, no colours
+    lines += [f"{v.path}: {v.dtype}{v.shape}" for v in model.weights]  # mlp/hidden/kernel: ...
+    return Observed(model.count_params(), "\n".join(lines))
+
+
+# --8<-- [end:keras]
+
+
 RUNS = {
     "pure_jax": run_pure_jax,
     "flax_linen": run_flax_linen,
     "flax_nnx": run_flax_nnx,
     "haiku": run_haiku,
     "equinox": run_equinox,
+    "keras": run_keras,
 }
 
 

@@ -13,6 +13,12 @@ slices of the same parameters. How the stack is made and scanned:
 - Haiku: ``hk.layer_stack(LAYERS)`` around a function of ``x``; the parameters get a leading axis;
 - Equinox: ``eqx.filter_vmap`` over the constructor stacks the layers' arrays, and ``jax.lax.scan``
   runs over the array part while ``eqx.combine`` puts the static part back in every iteration;
+- Keras 3: no lifted scan or vmap over layers, and no layer that stacks its sublayers' weights.
+  Here ``LAYERS`` Dense layers are built, each with its own seed, their weights' values stacked
+  with ``keras.ops.stack``, and ``keras.ops.scan`` (``jax.lax.scan`` on this backend) calls one
+  layer's ``stateless_call`` with each layer's slice. The stacked values live outside any layer: to
+  train them, a custom layer would hold them (``add_weight`` with the layer axis) and scan in
+  ``call``;
 - pure JAX: ``jax.vmap`` over an init function, ``jax.lax.scan`` over the stacked dict.
 
 Run it: ``python -m examples.tour.scan_layers``.
@@ -20,6 +26,7 @@ Run it: ``python -m examples.tour.scan_layers``.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import equinox as eqx
@@ -28,6 +35,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
+
+# Keras 3 picks its backend once, at its first import: JAX here (another one set is an error).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras
+
+if keras.config.backend() != "jax":
+    raise ImportError(f"the tour runs Keras on JAX, not on {keras.config.backend()!r}")
 
 LAYERS = 3
 WIDTH = 8
@@ -187,12 +201,41 @@ def run_equinox(x: jax.Array) -> Observed:
 # --8<-- [end:equinox]
 
 
+# --8<-- [start:keras]
+def run_keras(x: jax.Array) -> Observed:
+    init = lambda seed: keras.initializers.GlorotUniform(seed=seed)
+    layers = [
+        keras.layers.Dense(WIDTH, activation="tanh", kernel_initializer=init(i))
+        for i in range(LAYERS)
+    ]
+    for layer in layers:
+        layer.build((None, WIDTH))
+    # The layers' weight values, stacked by hand: [kernel [L, 8, 8], bias [L, 8]].
+    per_layer = [[v.value for v in layer.trainable_variables] for layer in layers]
+    stack = [keras.ops.stack(values) for values in zip(*per_layer, strict=True)]
+    block = layers[0]  # any of them: the function; scan hands it each layer's weights in turn
+
+    def step(h, weights):
+        out, _ = block.stateless_call(weights, [], h)  # these values instead of its own variables
+        return out, None
+
+    scanned, _ = keras.ops.scan(step, x, stack)
+    looped = x
+    for layer in layers:  # the layers themselves, each with its own variables
+        looped = layer(looped)
+    return observe(scanned, looped, stack[0], stack)
+
+
+# --8<-- [end:keras]
+
+
 RUNS = {
     "pure_jax": run_pure_jax,
     "flax_linen": run_flax_linen,
     "flax_nnx": run_flax_nnx,
     "haiku": run_haiku,
     "equinox": run_equinox,
+    "keras": run_keras,
 }
 
 

@@ -14,6 +14,11 @@ call. What differs is where the running statistics live between calls and how th
   ``apply(params, state, key, ...) -> (out, new_state)``; ``hk.next_rng_key()`` inside;
 - Equinox: ``eqx.nn.make_with_state`` gives ``(model, state)``; the layer is written for one
   example, ``jax.vmap`` names the batch axis BatchNorm averages over; keys are arguments;
+- Keras 3: the layer objects hold them as non-trainable variables (BatchNorm's moving statistics,
+  Dropout's ``keras.random.SeedGenerator`` state); ``training=`` picks the mode. A plain call
+  updates them in place; ``model.stateless_call(trainable, non_trainable, x, training=True)`` is
+  the pure form JAX needs, returning the new non-trainable values, which the caller assigns back.
+  Seeds are integers, fixed when the layer is built: the key is turned into one;
 - pure JAX: all of it by hand, which is what the others automate.
 
 Run it: ``python -m examples.tour.stateful_layers``.
@@ -21,6 +26,7 @@ Run it: ``python -m examples.tour.stateful_layers``.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import equinox as eqx
@@ -29,6 +35,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
+
+# Keras 3 picks its backend once, at its first import: JAX here (another one set is an error).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras
+
+if keras.config.backend() != "jax":
+    raise ImportError(f"the tour runs Keras on JAX, not on {keras.config.backend()!r}")
 
 MOMENTUM = 0.9  # running = MOMENTUM * running + (1 - MOMENTUM) * batch (Haiku then debiases)
 RATE = 0.5  # the dropout rate
@@ -283,12 +296,67 @@ def run_equinox(x: jax.Array, key1: jax.Array, key2: jax.Array) -> Observed:
 # --8<-- [end:equinox]
 
 
+# --8<-- [start:keras]
+# --8<-- [start:keras_model]
+def keras_net(dropout_seed: int) -> keras.Sequential:
+    """Seeded initialisers, so every copy starts with the same weights; Dropout's own seed
+    generator starts from ``dropout_seed``."""
+    init = lambda: keras.initializers.GlorotUniform(seed=0)
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, kernel_initializer=init()),
+            keras.layers.BatchNormalization(momentum=MOMENTUM, name="norm"),
+            keras.layers.ReLU(),
+            keras.layers.Dropout(RATE, seed=dropout_seed),  # holds a keras.random.SeedGenerator
+            keras.layers.Dense(2, kernel_initializer=init()),
+        ]
+    )
+
+
+def keras_train_call(model: keras.Sequential, x):
+    """One training call as a pure function of the variables' values: the output and the new
+    non-trainable values (moving statistics, seed state). The model's variables stay as they
+    were."""
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    return model.stateless_call(trainable, non_trainable, x, training=True)
+
+
+# --8<-- [end:keras_model]
+
+
+# --8<-- [start:keras_run]
+def run_keras(x: jax.Array, key1: jax.Array, key2: jax.Array) -> Observed:
+    seed = lambda key: int(jax.random.randint(key, (), 0, 2**31 - 1))  # Keras seeds are integers
+    model = keras_net(seed(key1))
+    norm = model.get_layer("norm")
+    mean_before = norm.moving_mean.value
+    train, new_values = keras_train_call(model, x)
+    same, _ = keras_train_call(model, x)  # the same seed state as before: the same mask
+    other, _ = keras_train_call(keras_net(seed(key2)), x)
+    for variable, value in zip(model.non_trainable_variables, new_values, strict=True):
+        variable.assign(value)  # the caller writes the new statistics (and seed state) back
+    mean_after = norm.moving_mean.value
+    # A plain call changes the variables in place; training=False leaves the statistics alone.
+    eval_batch = model(x, training=False)
+    eval_first = model(x[:1], training=False)
+    return Observed(
+        train, same, other, mean_before, mean_after, eval_batch, eval_first, norm.moving_mean.value
+    )
+
+
+# --8<-- [end:keras_run]
+# --8<-- [end:keras]
+
+
 RUNS = {
     "pure_jax": run_pure_jax,
     "flax_linen": run_flax_linen,
     "flax_nnx": run_flax_nnx,
     "haiku": run_haiku,
     "equinox": run_equinox,
+    "keras": run_keras,
 }
 
 

@@ -15,6 +15,11 @@ differ:
   ``hk.data_structures.merge`` and ``partition``);
 - Equinox: ``eqx.tree_at`` returns a new model with the layer replaced (modules are immutable
   pytrees); a filter spec picks the leaves to differentiate;
+- Keras 3: nothing is replaced: ``Dense.enable_lora(rank)`` adds ``lora_kernel_a`` and
+  ``lora_kernel_b`` (zeros) to the built layer in place and marks its kernel non-trainable; the
+  other variables are frozen with ``trainable = False``, and ``compile`` + ``train_on_batch`` takes
+  one step on what is left trainable. Replacing a layer by another class would mean rebuilding the
+  model (``keras.models.clone_model(..., clone_function=...)``);
 - pure JAX: a dict edit, and a forward function that knows what a LoRA layer's dict holds.
 
 Run it: ``python -m examples.tour.surgery``.
@@ -22,6 +27,7 @@ Run it: ``python -m examples.tour.surgery``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,6 +38,13 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 from flax import nnx, traverse_util
+
+# Keras 3 picks its backend once, at its first import: JAX here (another one set is an error).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras
+
+if keras.config.backend() != "jax":
+    raise ImportError(f"the tour runs Keras on JAX, not on {keras.config.backend()!r}")
 
 RANK = 2
 LEARNING_RATE = 0.1
@@ -282,12 +295,47 @@ def run_equinox(x: jax.Array, y: jax.Array) -> Observed:
 # --8<-- [end:equinox]
 
 
+# --8<-- [start:keras]
+def run_keras(x: jax.Array, y: jax.Array) -> Observed:
+    init = lambda seed: keras.initializers.GlorotUniform(seed=seed)
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", kernel_initializer=init(0), name="hidden"),
+            keras.layers.Dense(2, kernel_initializer=init(1), name="out"),
+        ]
+    )
+    before = model(x)
+    hidden = model.get_layer("hidden")
+    # The variable itself: once LoRA is on, the property hidden.kernel returns W + A @ B.
+    kernel = next(v for v in hidden.weights if v.name == "kernel")
+    kernel_before = keras.ops.copy(kernel.value)  # Keras donates the old buffers to its train step
+    # Surgery, in place: lora_kernel_a [4, 2] (He-uniform) and lora_kernel_b [2, 8] (zeros) join
+    # the layer, and its kernel becomes non-trainable.
+    hidden.enable_lora(RANK)
+    after_surgery = model(x)
+    # enable_lora freezes the kernel alone: freeze the bias and the other layer as well.
+    hidden.bias.trainable = False
+    model.get_layer("out").trainable = False
+    # One SGD step; fit and train_on_batch update model.trainable_variables, the adapter alone.
+    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
+    model.train_on_batch(x, y)
+    return Observed(
+        before, after_surgery, model(x), kernel_before, kernel.value,
+        (hidden.lora_kernel_a.shape, hidden.lora_kernel_b.shape),
+    )  # fmt: skip
+
+
+# --8<-- [end:keras]
+
+
 RUNS = {
     "pure_jax": run_pure_jax,
     "flax_linen": run_flax_linen,
     "flax_nnx": run_flax_nnx,
     "haiku": run_haiku,
     "equinox": run_equinox,
+    "keras": run_keras,
 }
 
 

@@ -9,17 +9,21 @@ differ between the frameworks:
   (nnx.Variable)``), and the class is a filter (``nnx.state(model, CallCount)``); Flax Linen names
   a variable collection (``"calls"``); Haiku keeps it in ``state`` (``hk.get_state`` /
   ``hk.set_state``); Equinox marks it with ``eqx.nn.StateIndex`` and keeps the value in an
-  ``eqx.nn.State``; pure JAX carries a second dict;
+  ``eqx.nn.State``; Keras 3 has no kinds beyond trainable or not: a non-trainable variable
+  (``add_weight(..., trainable=False)``), found in ``model.non_trainable_variables``; pure JAX
+  carries a second dict;
 - writing values into a model: ``nnx.update(model, state)`` changes the model in place and leaves
-  its other variables alone; elsewhere the parameters are a value, so the new tree is built (Linen:
-  a dict merge; Haiku: ``hk.data_structures.merge``; Equinox: ``eqx.partition`` and
-  ``eqx.combine``; pure JAX: a dict).
+  its other variables alone; Keras 3 changes it in place too, ``variable.assign`` over the
+  trainable variables (``set_weights`` would write the checkpoint's count as well); elsewhere the
+  parameters are a value, so the new tree is built (Linen: a dict merge; Haiku:
+  ``hk.data_structures.merge``; Equinox: ``eqx.partition`` and ``eqx.combine``; pure JAX: a dict).
 
 Run it: ``python -m examples.tour.variables``.
 """
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import equinox as eqx
@@ -28,6 +32,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
+
+# Keras 3 picks its backend once, at its first import: JAX here (another one set is an error).
+os.environ.setdefault("KERAS_BACKEND", "jax")
+import keras
+
+if keras.config.backend() != "jax":
+    raise ImportError(f"the tour runs Keras on JAX, not on {keras.config.backend()!r}")
 
 CALLS = 4  # the model's calls in every run: two, one after the update, one under the gradient
 
@@ -258,12 +269,70 @@ def run_equinox(x: jax.Array, y: jax.Array) -> Observed:
 # --8<-- [end:equinox]
 
 
+# --8<-- [start:keras]
+# --8<-- [start:keras_variable]
+class KerasCountingDense(keras.Layer):
+    def __init__(self, seed: int, **kwargs):
+        super().__init__(**kwargs)
+        init = keras.initializers.GlorotUniform(seed=seed)
+        self.dense = keras.layers.Dense(2, kernel_initializer=init)
+        # Not trainable: no gradient and no optimiser touch it, like BatchNorm's moving statistics.
+        self.calls = self.add_weight(
+            shape=(), dtype="int32", initializer="zeros", trainable=False, name="calls"
+        )
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+
+    def call(self, x):
+        self.calls.assign_add(1)
+        return self.dense(x)
+
+
+# --8<-- [end:keras_variable]
+
+
+# --8<-- [start:keras_update]
+def run_keras(x: jax.Array, y: jax.Array) -> Observed:
+    model, checkpoint = KerasCountingDense(seed=0), KerasCountingDense(seed=1)
+    model.build(x.shape)
+    checkpoint.build(x.shape)
+    expected = checkpoint(x)
+    for _ in range(2):
+        before_update = model(x)  # a plain call assigns the count in place
+    # Update in place, the trainable variables alone: set_weights would copy the count too.
+    for variable, value in zip(
+        model.trainable_variables, checkpoint.trainable_variables, strict=True
+    ):
+        variable.assign(value)
+    after_update = model(x)
+    # The gradient: stateless_call is a pure function of the variables' values, and returns the
+    # non-trainable ones' new values, which are written back.
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    def loss(trainable, non_trainable):
+        out, non_trainable = model.stateless_call(trainable, non_trainable, x)
+        return mse(out, y), non_trainable
+
+    grads, non_trainable = jax.grad(loss, has_aux=True)(trainable, non_trainable)
+    for variable, value in zip(model.non_trainable_variables, non_trainable, strict=True):
+        variable.assign(value)
+    counts = model.non_trainable_variables  # the count is the one non-trainable variable
+    return observe(expected, before_update, after_update, model.calls.value, counts, grads)
+
+
+# --8<-- [end:keras_update]
+# --8<-- [end:keras]
+
+
 RUNS = {
     "pure_jax": run_pure_jax,
     "flax_linen": run_flax_linen,
     "flax_nnx": run_flax_nnx,
     "haiku": run_haiku,
     "equinox": run_equinox,
+    "keras": run_keras,
 }
 
 

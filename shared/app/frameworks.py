@@ -1,12 +1,12 @@
-"""What pip knows of the built-in implementations: the distribution each one's framework comes
-from, and the extra of this project that installs it.
+"""What pip knows of each implementation: the distribution its framework comes from, and the extra
+of this project that installs it.
 
-The contract (:mod:`cvae_rosetta.spec.protocol`) knows only the module each built-in needs, to say
-whether it is installed without importing it. What a user installs is the application's to say:
-``cvae impls`` lists every implementation with its framework's distribution and version
-(:func:`known`), the refusal of a built-in whose framework is missing names the extra that
-installs it (:func:`load`), and a checkpoint records the version of its framework
-(:func:`distribution`). ``tests/test_protocol.py`` holds the table to pyproject.toml.
+Every implementation says both of itself, in its module's ``ABOUT`` (``distribution`` and
+``extra``), which the contract reads without importing it (:mod:`cvae_rosetta.spec.registry`) and
+hands on uninterpreted. What a user installs is the application's to say: ``cvae impls`` lists
+every implementation with its framework's distribution and version (:func:`known`), the refusal of
+one whose framework is missing names the extra that installs it (:func:`load`), and a checkpoint
+records the version of its framework (:func:`distribution`).
 """
 
 from __future__ import annotations
@@ -15,26 +15,10 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 
-from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec import protocol, registry
 from cvae_rosetta.spec.errors import ImplementationNotFound
 
 DISTRIBUTION = "cvae-rosetta"
-
-
-@dataclasses.dataclass(frozen=True)
-class Install:
-    distribution: str  # the framework's distribution, whose version is listed and recorded
-    extra: str | None  # the extra of cvae-rosetta that installs it (None: always installed)
-
-
-# By entry-point name, one row for each of protocol.BUILTIN_FRAMEWORKS.
-INSTALLS: dict[str, Install] = {
-    "pure_jax": Install("jax", None),
-    "flax_linen": Install("flax", "flax"),
-    "flax_nnx": Install("flax", "flax"),
-    "haiku": Install("dm-haiku", "haiku"),
-    "equinox": Install("equinox", "equinox"),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,22 +28,29 @@ class Known:
     name: str
     target: str
     installed: bool
-    framework: str  # a built-in's framework distribution, else its target's top-level package
+    framework: str  # its framework's distribution (ABOUT's, else its top-level package's)
     version: str | None
 
 
+def _info(name: str) -> protocol.ImplInfo | None:
+    """What the registry says of ``name`` alone (another implementation's file is not read)."""
+    return registry.info(name)
+
+
 def distribution(name: str) -> str | None:
-    """The distribution of built-in ``name``'s framework; ``None`` for any other name."""
-    install = INSTALLS.get(name)
-    return install.distribution if install and name in protocol.BUILTIN else None
+    """The distribution of registered implementation ``name``'s framework; ``None`` for any
+    other name (a ``module:attribute`` string, say)."""
+    info = _info(name)
+    return info.about.distribution if info else None
 
 
 def install_command(name: str) -> str | None:
-    """What installs built-in ``name``'s framework; ``None`` where nothing needs to be."""
-    install = INSTALLS.get(name)
-    if install is None or install.extra is None or name not in protocol.BUILTIN:
+    """What installs registered implementation ``name``'s framework; ``None`` where nothing
+    needs to be (its ``extra`` is None) or the name is not registered."""
+    info = _info(name)
+    if info is None or info.about.extra is None:
         return None
-    return f"pip install '{DISTRIBUTION}[{install.extra}]'"
+    return f"pip install '{DISTRIBUTION}[{info.about.extra}]'"
 
 
 def version(distribution: str) -> str | None:
@@ -73,26 +64,33 @@ def known() -> list[Known]:
     """:func:`cvae_rosetta.spec.protocol.known`, with each framework's distribution and version."""
     rows = []
     for info in protocol.known():
-        framework = distribution(info.name) or info.module
+        framework = info.about.distribution
         rows.append(Known(info.name, info.target, info.installed, framework, version(framework)))
     return rows
 
 
 def load(name: str) -> protocol.Implementation:
-    """:func:`cvae_rosetta.spec.protocol.load`; refusing a built-in because its framework is not
-    installed, it also says how to install it."""
+    """:func:`cvae_rosetta.spec.protocol.load`; refusing a registered implementation because its
+    framework is not installed, it also says how to install it."""
     try:
         return protocol.load(name)
     except ImplementationNotFound as err:
+        info = _info(name)
         command = install_command(name)
-        builtin = protocol.BUILTIN.get(name)
         if (
             command is None
-            or builtin is None
+            or info is None
             or not isinstance(err.__cause__, ModuleNotFoundError)
-            or importlib.util.find_spec(builtin.module) is not None
+            or _importable(info.module)
         ):
             raise
         raise ImplementationNotFound(
             f"{err}; install its framework with: {command}"
         ) from err.__cause__
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -67,7 +67,8 @@ def epoch_step(plan: Plan, impl: Any, *, debug_nans: bool = False) -> Callable[.
     ``finite`` (see :func:`_with_finite`). Returns a function with ``lower(*args)`` like a
     ``jax.jit`` object, so the trainer can compile it ahead and time it. The metrics carry
     ``grad_norm`` too where the step can see the gradient (every mechanism for an implementation
-    with a ``grads_fn``; see :func:`~cvae_rosetta.spec.parallel.serial_step`). ``debug_nans``
+    with a ``grads_fn``, the serial and ``sharded`` ones for one with a ``grads`` method, an
+    ``Adapter`` or not; see :func:`~cvae_rosetta.spec.parallel.serial_step`). ``debug_nans``
     (serial only) checkifies the step for NaNs: it then returns ``(error, (state, metrics))``."""
     if plan.mechanism == "pmap":
         pstep = plan.pmap_step(impl, wrap=_with_finite, with_grad_norm=True)

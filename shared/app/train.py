@@ -193,7 +193,9 @@ def train_and_evaluate(
     pictures, parameters, summary and evaluation.
 
     ``workdir`` must not exist or be empty (or be a previous run with ``options.overwrite``);
-    it is checked, like the options, the implementation and the data, before anything is written.
+    it is checked, like the options, the implementation (that its train state can be checkpointed
+    included: :func:`~cvae_rosetta.app.checkpoint.check_checkpointable`) and the data, before
+    anything is written.
     ``given``: config fields set on purpose (see :func:`fit_to_data`). ``cluster``: this process's
     place in a ``jax.distributed`` run (:class:`cvae_rosetta.app.distributed.Cluster`); only
     process 0 writes.
@@ -213,6 +215,8 @@ def train_and_evaluate(
             profile.check(0, total_steps(config, dataset))
         keys = RunKeys.from_seed(config.train.seed)
         state = impl.init(keys.init, config)
+        # a run that could not be checkpointed is refused before its first step and its first file
+        checkpoint.check_checkpointable(impl, state, config)
         agree = cluster.agree if cluster is not None else None
         if not writer:
             cadence = _cadence(options, stop, agree)
@@ -280,6 +284,7 @@ def _resume_locked(
         profile.check(opened.checkpoint.progress.position.step, total_steps(config, dataset))
     records = opened.check(config, dataset)
     state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
+    checkpoint.canonical_state(impl, state)  # and back, as its next checkpoint will: before writing
     for step, reason in opened.damaged:
         aside = opened.directory / resuming.DAMAGED_DIR
         print(

@@ -13,8 +13,9 @@ metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step
 taken uninterrupted and makes exactly the same records (``shared/app/checkpoint.py``).
 
 A step's record holds its metrics, the learning rate it was taken with (``optim.schedule``) and,
-where the step sees the gradient (an implementation with a ``grads_fn``, in every data-parallel
-mode: ``parallel.epoch_step``), ``grad_norm``, the global norm of the gradient before clipping.
+where the step sees the gradient (any implementation with a ``grads_fn`` or a ``grads`` method and
+a state with ``apply_gradients``, in every data-parallel mode it runs: ``parallel.epoch_step``),
+``grad_norm``, the global norm of the gradient before clipping.
 ``profile`` traces chosen steps with ``jax.profiler`` (:class:`ProfileSteps`).
 """
 

@@ -13,11 +13,13 @@ questions and are reported apart. Plots are drawn with matplotlib's ``Figure`` a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cvae_rosetta.bench.results import (
+    BASE_DISTRIBUTIONS,
     FAST,
     OTHERS,
     REFERENCE,
@@ -28,17 +30,16 @@ from cvae_rosetta.bench.results import (
     scan_row,
 )
 from cvae_rosetta.files import write_text
+from cvae_rosetta.spec import registry
 
-LABELS = {
-    "pure_jax": "pure JAX",
-    "flax_linen": "Flax Linen",
-    "flax_nnx": "Flax NNX",
-    "haiku": "Haiku",
-    "equinox": "Equinox",
-}
-PLOTS = {
-    "step_time": "step time per call and device time against pure JAX",
-}
+
+@functools.cache
+def impl_label(impl: str) -> str:
+    """``impl``'s name on the pages, its ``ABOUT["label"]``; one not registered here: its name."""
+    return found.about.label if (found := registry.info(impl)) else impl
+
+
+PLOTS = {"step_time": "step time per call and device time against pure JAX"}
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
 # The choosing page's decision table: the need, the style, the path whose cost matters for that
 # need (besides the fast path), and the caveat. The measured reason is generated from the results.
@@ -62,6 +63,13 @@ NEEDS = (
         "eqx.filter_jit",
         "Per-example layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the "
         "state for low-overhead loops.",
+    ),
+    (
+        "Keras habits (`fit`, callbacks), or one model for JAX, TensorFlow and PyTorch backends",
+        "keras",
+        "model.fit step",
+        "Jit the step yourself with `stateless_call` and `stateless_apply`; the stock `AdamW` puts "
+        "epsilon on the uncorrected root, not where optax does.",
     ),
     (
         "An existing Linen codebase",
@@ -122,7 +130,7 @@ def ratio(entry: dict[str, Any] | None, *, short: bool = False) -> str:
 
 
 def path_label(row: dict[str, Any]) -> str:
-    name = LABELS.get(row["impl"], row["impl"])
+    name = impl_label(row["impl"])
     return name if row["path"] == FAST else f"{name} `{row['path']}`"
 
 
@@ -201,9 +209,9 @@ def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> l
 
 
 def _conditions(result: dict[str, Any]) -> list[str]:
-    env, settings = result["environment"], result["settings"]
-    v = env["versions"]
-    libs = ", ".join(f"{n} {v[n]}" for n in ("flax", "dm-haiku", "equinox", "optax") if v.get(n))
+    env, settings, v = result["environment"], result["settings"], result["environment"]["versions"]
+    frameworks = [n for n in v if n not in (*BASE_DISTRIBUTIONS, "python", "cvae-rosetta")]
+    libs = ", ".join(f"{n} {v[n]}" for n in [*frameworks, "optax"] if v.get(n))
     model = settings["model"]
     device = f"{env.get('device_kind')}, " if env.get("backend") != "cpu" else ""
     lines = [
@@ -293,7 +301,7 @@ def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, ex
 
 
 def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
-    labels = {i: LABELS.get(i, i) for i in _impls(result) if i != REFERENCE}
+    labels = {i: impl_label(i) for i in _impls(result) if i != REFERENCE}
 
     def device(batch, impl):
         return (scan_row(batch, impl) or {}).get("vs_pure_jax", {}).get("step")
@@ -379,7 +387,7 @@ def _overhead(result: dict[str, Any], h: str) -> list[str]:
         "(donated), the batch and the key and hands back the state and zero metrics, computing "
         "nothing (median, fastest–slowest round).",
         "",
-        _grid(result, cell, {i: LABELS.get(i, i) for i in _impls(result)}),
+        _grid(result, cell, {i: impl_label(i) for i in _impls(result)}),
     ]
 
 
@@ -395,7 +403,7 @@ def _compile(result: dict[str, Any], h: str) -> list[str]:
     ]
     hlo = [
         [
-            LABELS.get(r["impl"], r["impl"]),
+            impl_label(r["impl"]),
             _num((r.get("flops") or 0) / 1e6, 1),
             str(r["hlo"].get("fusions", "-")),
             str(r["hlo"].get("copies", "-")),
@@ -432,7 +440,7 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
                 str(b),
                 _num(batch["roof"]["gflops_per_s"]),
                 f"{path_label(best)}: {_pct(e['ratio'])}{span}" if best else "-",
-                f"{LABELS.get(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-",
+                f"{impl_label(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-",
             ]
         )
     n = result["settings"]["roof_size"]
@@ -460,7 +468,7 @@ def _precision(result: dict[str, Any], h: str) -> list[str]:
                 (r for r in part["rows"] if r["impl"] == impl and r["dtype"] == "bfloat16"), None
             )
             cells.append(ratio(row["vs_float32"]) if row else "-")
-        rows.append([LABELS.get(impl, impl), *cells])
+        rows.append([impl_label(impl), *cells])
     header = ["bfloat16 / float32", *(f"batch {p['batch_size']}" for p in parts)]
     return [
         f"{h} bfloat16 against float32",
@@ -500,7 +508,7 @@ def _parallel(result: dict[str, Any], h: str) -> list[str]:
         f"ratio to the same implementation's serial step.{note}",
         "",
         markdown_table(
-            ["mechanism", *(LABELS.get(i, i) for i in impls)], rows, "l" + "r" * len(impls)
+            ["mechanism", *(impl_label(i) for i in impls)], rows, "l" + "r" * len(impls)
         ),
     ]
 
@@ -547,7 +555,7 @@ def decision(results: Sequence[dict[str, Any]]) -> str:
     rows = []
     for need, impl, wrapper, caveat in NEEDS:
         reasons = [_reason(result, impl, wrapper) for result in results]
-        rows.append([need, LABELS[impl], "<br>".join(r for r in reasons if r), caveat])
+        rows.append([need, impl_label(impl), "<br>".join(r for r in reasons if r), caveat])
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
     return (
         markdown_table(
@@ -573,6 +581,8 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
     device = [
         (b, (scan_row(bt, impl) or {}).get("vs_pure_jax", {}).get("step")) for b, bt in batches
     ]
+    if all(e is None for _, e in device):
+        return f"**{name}**: not measured in this run"
     apart = [(b, e) for b, e in device if differs(e)]
     text = f"**{name}**, device time: " + (
         "; ".join(f"{ratio(e)} at batch {b}" for b, e in apart) + "; within noise at the others"
@@ -655,9 +665,9 @@ def _plot_step_time(figure, result):
     for i, impl in enumerate(_impls(result)):
         scans = [(b, scan_row(bt, impl)) for b, bt in batches]
         scans = [(b, s["vs_pure_jax"]["step"]) for b, s in scans if s]
-        _errorbar(device, [b for b, _ in scans], [e for _, e in scans], i, LABELS.get(impl, impl))
+        _errorbar(device, [b for b, _ in scans], [e for _, e in scans], i, impl_label(impl))
         calls = [(b, fast_row(bt, impl)["vs_pure_jax"]["step"]) for b, bt in batches]
-        _errorbar(call, [b for b, _ in calls], [e for _, e in calls], i, LABELS.get(impl, impl))
+        _errorbar(call, [b for b, _ in calls], [e for _, e in calls], i, impl_label(impl))
     for axis, title in ((device, "device time (one lax.scan)"), (call, "per call (Python loop)")):
         axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         axis.set(xscale="log", xlabel="batch size", title=title)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta.spec import registry
+
 SCHEMA = "cvae-bench/2"
 OLD_SCHEMAS = ("cvae-bench/1",)  # read by re-deriving every figure from the measured rounds
 REFERENCE = "pure_jax"  # every figure is also a ratio to this implementation's
@@ -36,7 +38,7 @@ OTHERS = 0.25  # other processes using more cores than this during the run mark 
 LOADED = 1.5  # ... or, where that cannot be measured, a 1-minute load average above this at start
 CONFIDENCE = 0.95  # of every interval, where the rounds allow it
 MIN_ROUNDS = 5  # fewer paired rounds than this give a ratio without an interval
-DISTRIBUTIONS = ("jax", "jaxlib", "numpy", "optax", "flax", "dm-haiku", "equinox", "cvae-rosetta")
+BASE_DISTRIBUTIONS = ("jax", "jaxlib", "numpy", "optax")  # recorded first, then the frameworks'
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -206,7 +208,9 @@ def versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    return {"python": platform.python_version(), **{d: version(d) for d in DISTRIBUTIONS}}
+    frameworks = [info.about.distribution for info in registry.known()]
+    names = dict.fromkeys([*BASE_DISTRIBUTIONS, *frameworks, "cvae-rosetta"])
+    return {"python": platform.python_version(), **{d: version(d) for d in names}}
 
 
 def environment(*, jax_devices: bool = True) -> dict[str, Any]:

@@ -24,11 +24,12 @@ per-device mean losses is the global mean because every device holds the same nu
 The trainer's steps (:func:`cvae_rosetta.app.parallel.epoch_step`, built on :class:`Plan`) also
 report ``metrics["grad_norm"]``, the global norm of the step's gradient before clipping (after the
 average over devices): the per-device steps have the gradient in hand, and the serial and
-``sharded`` steps run ``grads_fn`` and ``state.apply_gradients`` (what every built-in's
-``train_step`` is) where the implementation is an :class:`~cvae_rosetta.spec.protocol.Adapter`
-with a ``grads_fn``, and its ``train_step`` (no ``grad_norm``) otherwise. :meth:`Plan.make_step`,
-the data-parallel ``train_step`` that the suite compares with the serial one and the benchmark
-times, returns ``train_step``'s metrics only.
+``sharded`` steps run the first half of the step (a ``grads`` method or a ``grads_fn``) and
+``state.apply_gradients`` (what every built-in's ``train_step`` is) for any implementation that
+has them, an :class:`~cvae_rosetta.spec.protocol.Adapter` or not (:func:`gradient_half`), and its
+``train_step`` (no ``grad_norm``) otherwise. :meth:`Plan.make_step`, the data-parallel
+``train_step`` that the suite compares with the serial one and the benchmark times, returns
+``train_step``'s metrics only.
 
 Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
 only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
@@ -72,22 +73,50 @@ def grad_norm(grads: Any) -> jax.Array:
     return optax.tree.norm(grads)
 
 
+def gradient_half(impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]] | None:
+    """``(state, batch, key) -> (grads, metrics)``: the first half of ``impl.train_step``, where
+    the implementation offers one (duck typing: no base class needed), else ``None``.
+
+    - ``impl.grads(state, batch, key)``, a method on the caller's key (what an :class:`Adapter`
+      with a ``grads_fn`` has: ``grads_fn`` after its checks, on the noise it draws);
+    - else ``impl.grads_fn(state, batch, eps)``, on the noise of SPEC section 3 for the key, drawn
+      after the checks of section 7 as the adapter draws it.
+
+    An :class:`Adapter` without a ``grads_fn``, or of a subclass with a ``train_step`` of its own
+    (one that steps otherwise than ``grads_fn``), has none."""
+    grads_fn = getattr(impl, "grads_fn", None)
+    if isinstance(impl, Adapter):
+        if grads_fn is None or type(impl).train_step is not Adapter.train_step:
+            return None
+        return impl.grads
+    grads = getattr(impl, "grads", None)
+    if callable(grads):
+        return grads
+    if not callable(grads_fn):
+        return None
+
+    def first_half(state, batch: Batch, key: jax.Array):
+        model = state.config.model
+        check_batch(batch, model.input_dim, model.num_classes)
+        return grads_fn(state, batch, noise(key, batch.x.shape[0], model.latent_dim))
+
+    return first_half
+
+
 def serial_step(impl: Any, *, with_grad_norm: bool = False) -> Step:
     """``(state, batch, key) -> (state, metrics)``: ``impl.train_step``, or, ``with_grad_norm``,
-    the same step cut at the gradient to add ``metrics["grad_norm"]``: ``grads_fn`` on the noise
-    and after the checks of the adapter's ``train_step``, then ``state.apply_gradients``. That cut
-    needs an :class:`Adapter` with a ``grads_fn`` and its own ``train_step``; any other
-    implementation runs its ``train_step``, without ``grad_norm``."""
-    if not (
-        with_grad_norm
-        and isinstance(impl, Adapter)
-        and impl.grads_fn is not None
-        and type(impl).train_step is Adapter.train_step
-    ):
+    the same step cut at the gradient to add ``metrics["grad_norm"]``: the implementation's
+    :func:`gradient_half`, then ``state.apply_gradients(grads=...)``. Any implementation that has
+    both (a ``grads`` method or a ``grads_fn``, and a state with ``apply_gradients``) is cut, an
+    :class:`Adapter` or not; any other runs its ``train_step``, without ``grad_norm``."""
+    first_half = gradient_half(impl) if with_grad_norm else None
+    if first_half is None:
         return impl.train_step
 
     def step(state, batch: Batch, key: jax.Array):
-        grads, metrics = impl.grads(state, batch, key)
+        if not callable(getattr(state, "apply_gradients", None)):
+            return impl.train_step(state, batch, key)  # decided while tracing: no second half
+        grads, metrics = first_half(state, batch, key)
         return state.apply_gradients(grads=grads), {**metrics, "grad_norm": grad_norm(grads)}
 
     return step

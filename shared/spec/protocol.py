@@ -6,26 +6,35 @@ the noise of a call (SPEC section 3), so every implementation refuses the same b
 same message and sees the same noise for the same key.
 
 :func:`load` resolves an implementation from a short name registered under the entry-point group
-``cvae_rosetta.impls`` or from any ``"module:attribute"`` string, one outside the repo included.
+``cvae_rosetta.impls`` or from any ``"module:attribute"`` string, one outside the repo included:
+a module found on no entry of ``sys.path`` is looked for in the working directory too, as
+``python -m`` would, so ``pytest --impl mypackage.my_impl:implementation`` and ``cvae train --impl
+...`` both work from the folder that holds ``mypackage`` (the conformance plugin and the command
+line load through here).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 
-from cvae_rosetta.spec import canonical
+from cvae_rosetta.spec import canonical, registry
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, ImplementationNotFound, field_error
 from cvae_rosetta.spec.losses import Metrics
 from cvae_rosetta.spec.model import noise
+from cvae_rosetta.spec.registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+from cvae_rosetta.spec.registry import ImplInfo as ImplInfo
 from cvae_rosetta.spec.validation import (
     Batch,
     check_batch,
@@ -34,8 +43,6 @@ from cvae_rosetta.spec.validation import (
     check_latent,
 )
 
-ENTRY_POINT_GROUP = "cvae_rosetta.impls"
-BUILTIN_PACKAGE = "cvae_rosetta.impls"  # entry points with a target in it are the built-in ones
 MEMBERS = (
     "name",
     "init",
@@ -162,52 +169,18 @@ class Adapter:
 # --- the loader -----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Builtin:
-    """One of this repository's implementations."""
-
-    target: str  # "module:attribute", its entry point's value
-    module: str  # the framework module that must be importable for it to be installed
+# Which implementations are registered, and what each says of itself, is read without importing
+# them by cvae_rosetta.spec.registry (which imports no JAX, for the docs build).
 
 
-# The framework module each built-in implementation needs, by entry-point name, in the order
-# `cvae impls` lists them. The names and targets themselves are the `cvae_rosetta.impls` entry
-# points of pyproject.toml; how to install a framework is the application's to say
-# (cvae_rosetta.app.frameworks).
-BUILTIN_FRAMEWORKS: dict[str, str] = {
-    "pure_jax": "jax",
-    "flax_linen": "flax",
-    "flax_nnx": "flax",
-    "haiku": "haiku",
-    "equinox": "equinox",
-}
+def known() -> list[ImplInfo]:
+    """Every implementation known by name, installed or not, without importing any framework:
+    :func:`cvae_rosetta.spec.registry.known`."""
+    return registry.known()
 
 
-def _builtin() -> dict[str, Builtin]:
-    """The entry points with a target in :data:`BUILTIN_PACKAGE` (whether their frameworks are
-    installed or not), with the module :data:`BUILTIN_FRAMEWORKS` says each needs; an entry point
-    without a row there is listed like one registered from outside."""
-    targets = {
-        ep.name: ep.value
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-        if ep.value.startswith(BUILTIN_PACKAGE + ".")
-    }
-    return {
-        name: Builtin(targets[name], module)
-        for name, module in BUILTIN_FRAMEWORKS.items()
-        if name in targets
-    }
-
-
-BUILTIN: dict[str, Builtin] = _builtin()
-
-
-@dataclasses.dataclass(frozen=True)
-class ImplInfo:
-    name: str
-    target: str
-    installed: bool
-    module: str  # what must be importable: a built-in's framework, else its target's top package
+def _registered() -> dict[str, str]:
+    return registry.registered()
 
 
 def _version(distribution: str) -> str | None:
@@ -217,24 +190,6 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _registered() -> dict[str, str]:
-    found = {name: b.target for name, b in BUILTIN.items()}
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found
-
-
-def known() -> list[ImplInfo]:
-    """Every implementation known by name, installed or not, without importing any framework."""
-    infos = []
-    for name, target in _registered().items():
-        # one registered from outside is installed if its top-level package can be found
-        outside = target.split(":")[0].split(".")[0]
-        module = BUILTIN[name].module if name in BUILTIN else outside
-        infos.append(ImplInfo(name, target, importlib.util.find_spec(module) is not None, module))
-    return infos
-
-
 def _names_module(err: ModuleNotFoundError, module_name: str) -> bool:
     """Whether ``err`` is about ``module_name`` itself (or a package on its way), not about a
     module that one imports."""
@@ -242,17 +197,59 @@ def _names_module(err: ModuleNotFoundError, module_name: str) -> bool:
     return bool(missing) and (module_name == missing or module_name.startswith(missing + "."))
 
 
+def _working_directory() -> str | None:
+    """The current working directory, if it still exists and no entry of ``sys.path`` is it
+    already (``""`` and ``"."`` are: ``python -m`` and ``python -c`` put them there)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None
+    for entry in sys.path:
+        try:
+            if os.path.abspath(entry or os.curdir) == cwd:
+                return None
+        except (TypeError, ValueError):
+            continue
+    return cwd
+
+
+def _import_module(module_name: str) -> Any:
+    """``importlib.import_module``, looking in the working directory too when the module's
+    top-level package is on no entry of ``sys.path``, as ``python -m`` would: the folder that
+    holds ``mypackage`` is then appended to ``sys.path`` (last, so it never shadows what was
+    importable) for the rest of the process, and left off again if the module is not there
+    either."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        cwd = _working_directory()
+        if cwd is None or err.name != module_name.partition(".")[0]:
+            raise
+    sys.path.append(cwd)
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(module_name)
+    except BaseException:
+        if cwd in sys.path:
+            sys.path.remove(cwd)
+        raise
+
+
 def _import(spec: str, module_name: str) -> Any:
     """The module of an implementation; an error names which of three things went wrong: the
     module does not exist, it needs a module that is not installed, or importing it failed."""
     which = f" (the module of {spec!r})" if spec in _registered() else ""
     try:
-        return importlib.import_module(module_name)
+        return _import_module(module_name)
     except ModuleNotFoundError as err:
         if _names_module(err, module_name):
+            where = "on sys.path"
+            if err.name == module_name.partition(".")[0]:
+                with contextlib.suppress(OSError):
+                    where += f" or in the working directory {os.getcwd()}"
             raise ImplementationNotFound(
                 f"impl: expected an importable module {module_name!r}{which}, got no module "
-                f"named {err.name!r} on sys.path"
+                f"named {err.name!r} {where}"
             ) from err
         raise ImplementationNotFound(
             f"impl: expected module {module_name!r}{which} to import, got ModuleNotFoundError "
