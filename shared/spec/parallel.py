@@ -96,9 +96,7 @@ def gradient_half(impl: Any) -> Callable[[Any, Batch, jax.Array], tuple[Any, dic
         return None
 
     def first_half(state, batch: Batch, key: jax.Array):
-        model = state.config.model
-        check_batch(batch, model.input_dim, model.num_classes)
-        return grads_fn(state, batch, noise(key, batch.x.shape[0], model.latent_dim))
+        return grads_fn(state, batch, Adapter._noise(state, batch, key))  # the adapter's checks
 
     return first_half
 
