@@ -330,7 +330,7 @@ def literal(text: str) -> list[str]:
 def compare_files() -> str:
     """The compare page's body: every implementation file whole, as one tab set for its opening
     (docstring and imports, up to the first marker) and one per marked section, in
-    :data:`SECTIONS` order, each under its own heading; rosetta.js shows two of the five.
+    :data:`SECTIONS` order, each under its own heading; rosetta.js shows two of them.
 
     The openings are read here rather than through pymdownx.snippets, which drops from what it
     includes every line that mentions its marker syntax (a docstring may explain the markers)."""
@@ -606,7 +606,7 @@ NUMBER_WORDS = (
 
 
 def _group(impls: list[str], everyone: list[str]) -> str:
-    """ "all five", "Flax NNX", "pure JAX, Flax Linen and Haiku"."""
+    """ "all six", "Flax NNX", "pure JAX, Flax Linen and Haiku"."""
     if impls == everyone and len(everyone) > 1:
         n = len(everyone)
         return f"all {NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else n}"

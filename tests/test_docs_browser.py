@@ -39,9 +39,6 @@ hooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hooks)  # it reads files only: no MkDocs needed
 IMPLEMENTATIONS, SECTIONS = hooks.IMPLEMENTATIONS, hooks.SECTIONS
 LABELS = [label for label, _ in IMPLEMENTATIONS.values()]
-NUMBER = dict(
-    enumerate(["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
-)  # rosetta.js's words
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDE, NARROW = 1440, 800  # where a pair fits 100-character lines; where the columns are tabs
 
@@ -491,7 +488,7 @@ def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_
     check_pair(page.evaluate(LAYOUT), ("haiku", "pure_jax"), "compare from a topic", columns=True)
 
     page.goto(base_url + url_path(first))
-    page.get_by_label(f"All {NUMBER[len(LABELS)]}").check()
+    page.get_by_label(f"All {hooks.NUMBER_WORDS[len(LABELS)]}").check()
     assert page.evaluate("location.search") == ""
     for name in (first, SIDE_BY_SIDE[-1]):
         page.goto(base_url + url_path(name))

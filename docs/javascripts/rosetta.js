@@ -152,7 +152,9 @@
     return new URL(base + "/compare/", location.href).pathname;
   }
 
-  const NUMBERS = ["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"];
+  // the words of docs_build/hooks.py's NUMBER_WORDS, which the pages' sentences use
+  const NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    "ten"];
 
   function makeControl(keys, labels, compare) {
     const control = document.createElement("form");
