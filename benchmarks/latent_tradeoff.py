@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import shlex
 import sys
 import tempfile
@@ -26,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from cvae_rosetta.bench import results
+from cvae_rosetta.bench import report, results
 from cvae_rosetta.bench.report import markdown_table, write_between_markers
-from cvae_rosetta.files import atomic_write, write_json
+from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "evaluation.md"
@@ -128,23 +129,54 @@ def one_run(impl, dataset, config, classifier, iw_samples: int) -> tuple[dict[st
     return record, (mean(1.0)[keep], labels[keep]), ev["classifier"]
 
 
-def samples_picture(name: str, shape, grids: list[tuple[int, Any]], directory: Path) -> str:
-    """Generated mean images, ``SAMPLES_PER_LABEL`` per label, one panel per latent size."""
-    from cvae_rosetta.app import images
+SAMPLES_COLUMNS = 3  # latent sizes per row of a samples picture, which is shown 688 px wide
+MOSAIC_GAP = 2  # pixels of mid-grey between the images of a samples panel
 
-    with tempfile.TemporaryDirectory() as scratch:
-        paths = [
-            images.sample_grid(x, c, shape, Path(scratch) / f"{latent}.png", scale=2)
-            for latent, (x, c) in grids
-        ]
-        images.combine_side_by_side(
-            paths,
-            [f"latent {latent}" for latent, _ in grids],
-            directory / f"latent_tradeoff_{name}.png",
-            title=f"{name}: sigmoid(decode(z, c)), z ~ N(0, I), one row per label",
-            columns=min(len(paths), 5),
-        )
-    return f"latent_tradeoff_{name}.png"
+
+def samples_picture(name: str, shape, grids: list[tuple[int, Any]], directory: Path) -> str:
+    """Generated mean images, ``SAMPLES_PER_LABEL`` per label (one row per label), one panel per
+    latent size, :data:`SAMPLES_COLUMNS` panels to a row; drawn for the docs' text column
+    (``report.figure_png``), each image's pixels kept square and unsmoothed."""
+    h, w = shape
+    columns = min(SAMPLES_COLUMNS, len(grids))
+    rows = math.ceil(len(grids) / columns)
+    mosaics = [(latent, *_mosaic(x, c, h, w)) for latent, (x, c) in grids]
+    # the panels' height from their width: the mosaics' aspect, with room for the titles
+    tall, wide = mosaics[0][1].shape
+    panel = (report.FIGURE_WIDTH - 0.35) / columns * tall / wide
+
+    def draw(figure):
+        axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+        for i, (ax, (latent, mosaic, labels)) in enumerate(zip(axes, mosaics, strict=False)):
+            ax.imshow(mosaic, cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+            ax.set_title(f"latent {latent}", fontsize=9.5, pad=3)
+            ax.set_xticks([])
+            ax.set_yticks(MOSAIC_GAP + (h - 1) / 2 + np.arange(len(labels)) * (h + MOSAIC_GAP))
+            ax.set_yticklabels([str(v) for v in labels] if i % columns == 0 else [])
+            ax.tick_params(length=0, pad=2)
+            ax.spines[:].set_visible(False)
+        for ax in axes[len(mosaics) :]:
+            ax.set_axis_off()
+        what = f"z ~ N(0, I); one row per label c, {SAMPLES_PER_LABEL} draws each"
+        figure.suptitle(f"{TITLES.get(name, name)}: sigmoid(decode(z, c)), {what}")
+
+    file = f"latent_tradeoff_{name}.png"
+    report.figure_png(directory / file, rows * (panel + 0.38) + 0.35, draw)
+    return file
+
+
+def _mosaic(x: np.ndarray, labels: np.ndarray, h: int, w: int) -> tuple[np.ndarray, list[int]]:
+    """The images ``x`` (``[N, h*w]``, in [0, 1]) as one array: a row per distinct label, in
+    increasing order, its images in their given order, :data:`MOSAIC_GAP` mid-grey pixels apart;
+    returns the array and the rows' labels."""
+    order, gap = [int(v) for v in np.unique(labels)], MOSAIC_GAP
+    per_row = max(int(np.sum(labels == v)) for v in order)
+    mosaic = np.full((gap + len(order) * (h + gap), gap + per_row * (w + gap)), 0.5, np.float32)
+    for r, value in enumerate(order):
+        for c, image in enumerate(x[labels == value]):
+            top, left = gap + r * (h + gap), gap + c * (w + gap)
+            mosaic[top : top + h, left : left + w] = np.clip(image.reshape(h, w), 0.0, 1.0)
+    return mosaic, order
 
 
 def measure(args: argparse.Namespace, command: list[str]) -> None:
@@ -274,42 +306,75 @@ def table(result: dict[str, Any]) -> str:
     )
 
 
+CURVE_COLUMNS = 3  # panels per row of the curve, which is shown 688 px wide
+
+
 def curve(result: dict[str, Any], path: Path) -> None:
-    """Conditional accuracy against -ELBO, one line per data set through its latent sizes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """Conditional accuracy against -ELBO, one panel per data set through its latent sizes,
+    :data:`CURVE_COLUMNS` to a row, and the legend in the slot after the last panel, never over the
+    data. Drawn for the docs' text column (``report.figure_png``)."""
+    from matplotlib.ticker import MaxNLocator
 
     sets = result["sets"]
-    figure = Figure(figsize=(4.2 * max(len(sets), 1), 3.8), dpi=100, layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(1, max(len(sets), 1), squeeze=False)[0]
-    for ax, entry in zip(axes, sets, strict=False):
-        runs = entry["runs"]
-        x = [r["neg_elbo"] for r in runs]
-        y = [r["gen_accuracy"] or 0.0 for r in runs]
-        ax.plot(x, y, "o-", color="tab:blue", label="z ~ N(0, I)")
-        for t, style in zip(result["temperatures"], ("s--", "^:"), strict=False):
-            yt = [r["gen_accuracy_at_temperature"].get(str(t)) for r in runs]
-            color = "tab:orange" if t == 0.75 else "tab:green"
-            if all(v is not None for v in yt):
-                ax.plot(x, yt, style, color=color, alpha=0.8, label=f"z ~ N(0, {t}^2 I)")
-        for r, at in zip(runs, zip(x, y, strict=True), strict=True):
-            ax.annotate(
-                f"{r['latent_dim']}", at, textcoords="offset points", xytext=(4, 4), fontsize=8
-            )
-        if (clf := entry["classifier"]) and clf["test_accuracy"] is not None:
-            label = "classifier on real test"
-            ax.axhline(clf["test_accuracy"], color="grey", lw=0.8, ls="--", label=label)
-        title = f"{TITLES.get(entry['data'], entry['data'])}, {entry['epochs']} epochs"
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("test -ELBO (nats; lower is better)")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("generated images labelled as requested")
-    axes[0].legend(fontsize=7, loc="lower left")
-    title = "latent size (point labels): class-faithful generation against the bound"
-    figure.suptitle(title, fontsize=10)
-    atomic_write(path, lambda handle: figure.savefig(handle, format="png"), parents=True)
+    slots = len(sets) + 1  # the last one for the legend
+    columns = min(CURVE_COLUMNS, slots)
+    rows = math.ceil(slots / columns)
+
+    def draw(figure):
+        axes = list(figure.subplots(rows, columns, squeeze=False, sharey=True).flat)
+        for ax, entry in zip(axes, sets, strict=False):
+            runs = entry["runs"]
+            x = [r["neg_elbo"] for r in runs]
+            y = [r["gen_accuracy"] or 0.0 for r in runs]
+            ax.plot(x, y, "o-", color="tab:blue", markersize=4, label="z ~ N(0, I)")
+            for t, style in zip(result["temperatures"], ("s--", "^:"), strict=False):
+                yt = [r["gen_accuracy_at_temperature"].get(str(t)) for r in runs]
+                color = "tab:orange" if t == 0.75 else "tab:green"
+                if all(v is not None for v in yt):
+                    label = f"z ~ N(0, {t}² I)"
+                    ax.plot(x, yt, style, color=color, markersize=4, alpha=0.8, label=label)
+            for r, px, py, offset in zip(runs, x, y, _label_offsets(x, y), strict=True):
+                at = dict(textcoords="offset points", xytext=offset, fontsize=8)
+                ax.annotate(str(r["latent_dim"]), (px, py), **at)
+            if (clf := entry["classifier"]) and clf["test_accuracy"] is not None:
+                label = "classifier on real test"
+                ax.axhline(clf["test_accuracy"], color="grey", lw=0.8, ls="--", label=label)
+            epochs = f"{entry['epochs']} epoch{'s' if entry['epochs'] != 1 else ''}"
+            ax.set_title(f"{TITLES.get(entry['data'], entry['data'])}, {epochs}", fontsize=9.5)
+            ax.xaxis.set_major_locator(MaxNLocator(4))
+            ax.set_ylim(0, 1.05)
+            ax.margins(x=0.1)
+            ax.grid(alpha=0.3)
+        spare = axes[len(sets) :]
+        for ax in spare:
+            ax.set_axis_off()
+        title = "latent size: the number\nby each point"
+        if sets:  # the legend in the slot after the last panel
+            handles = axes[0].get_legend_handles_labels()
+            spare[0].legend(*handles, loc="center", frameon=False, title=title)
+        figure.supxlabel("test -ELBO (nats; lower is better)")
+        figure.supylabel("generated images labelled as requested")
+        figure.suptitle("class-faithful generation against the bound, per latent size")
+
+    report.figure_png(path, 2.35 * rows + 0.6, draw)
+
+
+LABEL_PLACES = ((3, 3), (3, -10), (-11, 3), (-11, -10), (3, -21))  # points of offset
+
+
+def _label_offsets(x, y) -> list[tuple[int, int]]:
+    """Each point's label's offset: the first of :data:`LABEL_PLACES` (above only off the top) clear
+    of the labels placed before, so that neighbours' do not overlap (a panel: ~150 points)."""
+    low = min(x, default=0.0)
+    span, placed, offsets = (max(x, default=0.0) - low) or 1.0, [], []
+    for px, py in zip(x, y, strict=True):
+        places = [p for p in LABEL_PLACES if p[1] < 0 or py < 0.9]
+        at = [((px - low) / span * 0.8 + dx / 150, py + dy / 150) for dx, dy in places]
+        clear = lambda a: all(abs(a[0] - b[0]) > 0.09 or abs(a[1] - b[1]) > 0.07 for b in placed)
+        choice = next((i for i, a in enumerate(at) if clear(a)), 0)
+        offsets.append(places[choice])
+        placed.append(at[choice])
+    return offsets
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.report import markdown_table, write_between_markers
+from cvae_rosetta.bench.report import impl_label, markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,13 +103,20 @@ def measure(args: argparse.Namespace, command: list[str]) -> dict:
     return result
 
 
+def implementation(target: str) -> str:
+    """A case's implementation as the table names it: a registered one by its label ("pure JAX"),
+    a ``module:attribute`` (a single-bug mutant) by its attribute, as code."""
+    module, _, name = target.rpartition(":")
+    return f"`{name}`" if module else impl_label(target)
+
+
 def table(result: dict) -> str:
     env, goals = result["environment"], result["goals"]
     rows = []
     for c in result["cases"]:
         outcome = c["summary"] or f"exit {c['exit']}"
         numbers = [f"{c['seconds']:.1f}", f"{c['peak_rss_gb']:.2f}"]
-        rows.append([c["kind"], f"`{c['target'].rpartition(':')[2]}`", *numbers, outcome])
+        rows.append([c["kind"], implementation(c["target"]), *numbers, outcome])
     header = ("run", "implementation", "wall s", "peak RSS GB", "result")
     return (
         f"Measured by `python benchmarks/suite_cost.py` on {env['cpu_count']} CPU cores (JAX "

@@ -54,6 +54,7 @@ SUITE = ROOT / "conformance"  # the suite's test modules, for the checks a repor
 MATRIX = "conformance.md#the-compliance-matrix"  # where the whole matrix is
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
+SOURCE_FILES: list[str] = []  # the repository files with a page of their own (on_files sets it)
 log = logging.getLogger("mkdocs.hooks.rosetta")
 
 IMPLS = ROOT / "impls"  # the built-in implementations' folder (cvae_rosetta.impls)
@@ -133,6 +134,20 @@ def on_config(config):
     return config
 
 
+def on_files(files, config):
+    """A page of its own for every repository file the pages name (:func:`source_files`)."""
+    from mkdocs.structure.files import File
+
+    global SOURCE_FILES
+    try:
+        SOURCE_FILES = source_files()
+    except DocsError as error:
+        raise _plugin_error(str(error)) from None
+    for path in SOURCE_FILES:
+        files.append(File.generated(config, source_uri(path), content=source_page(path)))
+    return files
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     where = page.file.src_uri
 
@@ -140,14 +155,44 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         text = expand_rosetta(text)
         text = INCLUDE.sub(lambda m: include(m["ref"], m["indent"]), text)
         text = GENERATED.sub(lambda m: generated(m["name"], where), text)
-        return PAGE_LINK.sub(lambda m: page_link(m, where), text)
+        text = PAGE_LINK.sub(lambda m: page_link(m, where), text)
+        return link_sources(text, where)
 
     try:
+        differences(markdown, where)  # refuses a malformed block
+        check_words_first(markdown, where)
         markdown = outside_fences(markdown, expand)
         check_snippets(markdown)
     except DocsError as error:
         raise _plugin_error(f"docs/{where}: {error}") from None
     return markdown
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """A code block's title that names a file with a page of its own links to that page; inline
+    code in tables may break only between tokens (:func:`_breakable`)."""
+    known = set(SOURCE_FILES)
+    here = posixpath.dirname(page.file.dest_uri)
+
+    def link(m: re.Match) -> str:
+        if m["path"] not in known:
+            return m[0]
+        target = posixpath.dirname(files.get_file_from_path(source_uri(m["path"])).dest_uri)
+        href = posixpath.relpath(target, here or ".") + "/"
+        return f'<span class="filename"><a href="{href}">{m["path"]}</a>{m["rest"] or ""}</span>'
+
+    return TABLE.sub(lambda m: TABLE_CODE.sub(_breakable, m[0]), FILENAME.sub(link, html))
+
+
+TABLE = re.compile(r"<table>.*?</table>", re.DOTALL)
+TABLE_CODE = re.compile(r"<code>([^<]*)</code>")
+BREAK_AT = re.compile(r"(?<=\w)(?=\.\w)|(?<=[(,=/])(?=\S)")
+
+
+def _breakable(m: re.Match) -> str:
+    """Inline code in a table's cell may break before a dot and after ``(``, ``,``, ``=`` or
+    ``/``, never inside a name (the stylesheet stops the browser breaking it anywhere else)."""
+    return "<code>" + BREAK_AT.sub("<wbr>", m[1]) + "</code>"
 
 
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
@@ -347,8 +392,14 @@ def compare_files() -> str:
         openings[key] = [(title, literal("\n".join(lines).rstrip()))]
     out = ['<div class="rosetta-compare" markdown>', "", "## Docstring and imports", ""]
     out.append(tab_set(openings))
+    differs, holds = section_differences(), section_holds()
     for section in SECTIONS:
-        out += [f"## `{section}`", "", _tabs(f"impls:{section}", set(openings))]
+        out += [
+            f"## `{section}`",
+            "",
+            compare_section_intro(section, set(openings), differs, holds),
+        ]
+        out += [_tabs(f"impls:{section}", set(openings))]
     return "\n".join([*out, "</div>", ""])
 
 
@@ -430,6 +481,302 @@ def _rel(path: Path) -> str:
         return path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return str(path)
+
+
+# --- what differs, framework by framework --------------------------------------------------------
+
+DIFFERENCES = re.compile(
+    r"^<!-- differences(?::[ \t]*(?P<name>[-\w]+))?[ \t]*-->[ \t]*\n(?P<body>.*?)"
+    r"^<!-- end differences -->[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+BULLET_LABELS = re.compile(r"^- (?P<labels>\*\*[^*\n]+\*\*(?:(?:,? and |, )\*\*[^*\n]+\*\*)*)")
+TOPICS = DOCS / "topics"
+LAYOUT_PAGE = DOCS / "layout.md"  # its table says what each section holds
+CODE_START = re.compile(r"^(?:<!-- (?:rosetta|snippet)\b|[ \t]*(?:`{3,}|~{3,}))", re.MULTILINE)
+
+
+def differences(markdown: str, where: str) -> list[tuple[str | None, list[tuple[list[str], str]]]]:
+    """A page's differences blocks, in order: ``(name, [(keys, text), ...])``, one item per
+    bullet, ``keys`` the implementations its bold labels name, ``text`` the bullet without its
+    ``- `` and its continuation lines' indentation.
+
+    A block is written::
+
+        <!-- differences: SECTION -->
+        - **Pure JAX** has no module: ...
+        - **Flax NNX**, **Equinox** and **Keras 3** ...
+        <!-- end differences -->
+
+    and must name every built-in implementation exactly once (by its label, any case); a block
+    named after a section of the implementation files is what the compare page shows under that
+    section for the two implementations chosen."""
+    by_label = {label.lower(): key for key, (label, _) in IMPLEMENTATIONS.items()}
+    blocks = []
+    for m in DIFFERENCES.finditer(unfenced(markdown)):
+        name = m["name"]
+        if name is not None and name not in SECTIONS:
+            raise DocsError(
+                f"differences block {name!r}: expected a section of the implementation files "
+                f"({', '.join(SECTIONS)}) or no name"
+            )
+        items: list[tuple[list[str], list[str]]] = []
+        for line in m["body"].splitlines():
+            if not line.strip():
+                continue
+            if line.startswith("- "):
+                lead = BULLET_LABELS.match(line)
+                labels = re.findall(r"\*\*([^*]+)\*\*", lead["labels"]) if lead else []
+                unknown = [label for label in labels if label.lower() not in by_label]
+                if not labels or unknown:
+                    raise DocsError(
+                        f"differences block {name or '(unnamed)'}: expected each bullet to start "
+                        f"with bold labels ({', '.join(lab for lab, _ in IMPLEMENTATIONS.values())}"
+                        f"), got {line[:60]!r}"
+                    )
+                items.append(([by_label[label.lower()] for label in labels], [line[2:]]))
+            elif line.startswith((" ", "\t")) and items:
+                items[-1][1].append(line.strip())
+            else:
+                raise DocsError(
+                    f"differences block {name or '(unnamed)'}: expected bullets ('- **Label** "
+                    f"...') and their indented continuation lines, got {line[:60]!r}"
+                )
+        named = Counter(key for keys, _ in items for key in keys)
+        missing = [IMPLEMENTATIONS[k][0] for k in IMPLEMENTATIONS if k in BUILTIN and not named[k]]
+        twice = [IMPLEMENTATIONS[k][0] for k, n in named.items() if n > 1]
+        if missing or twice:
+            raise DocsError(
+                f"differences block {name or '(unnamed)'}: expected every implementation in "
+                f"exactly one bullet, got {'no ' + ', '.join(missing) if missing else ''}"
+                f"{'; ' if missing and twice else ''}"
+                f"{', '.join(twice) + ' more than once' if twice else ''}"
+            )
+        blocks.append((name, [(keys, " ".join(lines)) for keys, lines in items]))
+    return blocks
+
+
+def unfenced(markdown: str) -> str:
+    """``markdown`` without its fenced code blocks (where a page may show a block as an example)."""
+    kept: list[str] = []
+    outside_fences(markdown, lambda text: kept.append(text) or text)
+    return "".join(kept)
+
+
+def check_words_first(markdown: str, where: str) -> None:
+    """A side-by-side page (``topics/*.md``, ``tour/*.md``, not their index pages) says what it
+    is about in a paragraph before its first code; a topic page also says, framework by
+    framework, what differs (a differences block) before it."""
+    parts = where.split("/")
+    if len(parts) != 2 or parts[0] not in ("topics", "tour") or parts[1] == "index.md":
+        return
+    body = re.sub(r"\A---\n.*?\n---\n", "", markdown, flags=re.DOTALL)
+    first = CODE_START.search(body)
+    before = body[: first.start()] if first else body
+    prose = [
+        line
+        for line in re.sub(r"<!--.*?-->", "", before, flags=re.DOTALL).splitlines()
+        if line.strip() and not line.startswith(("#", "- ", "  ", "|"))
+    ]
+    if first and not prose:
+        raise DocsError("expected a paragraph before the first code, got code first")
+    if first and parts[0] == "topics" and not DIFFERENCES.search(before):
+        raise DocsError(
+            "expected a differences block (<!-- differences --> ... <!-- end differences -->) "
+            "before the first code: what differs, framework by framework"
+        )
+
+
+def section_differences() -> dict[str, tuple[str, list[tuple[list[str], str]]]]:
+    """``{section: (topic page, bullets)}``: the named differences blocks of ``docs/topics``;
+    every section of the implementation files must be named by exactly one."""
+    found: dict[str, tuple[str, list[tuple[list[str], str]]]] = {}
+    for path in sorted(TOPICS.glob("*.md")):
+        page = path.relative_to(DOCS).as_posix()
+        try:
+            blocks = differences(path.read_text(encoding="utf-8"), page)
+        except DocsError as error:
+            raise DocsError(f"docs/{page}: {error}") from None
+        for name, items in blocks:
+            if name is None:
+                continue
+            if name in found:
+                raise DocsError(
+                    f"differences block {name!r}: expected one, got one in docs/{found[name][0]} "
+                    f"and one in docs/{page}"
+                )
+            found[name] = (page, items)
+    missing = [s for s in SECTIONS if s not in found]
+    if missing:
+        raise DocsError(
+            f"no differences block names section(s) {', '.join(missing)} (expected one "
+            "'<!-- differences: SECTION -->' per section in docs/topics/*.md)"
+        )
+    return found
+
+
+def section_holds() -> dict[str, str]:
+    """What each section holds, from the table of ``docs/layout.md`` (``| `name` | holds |``)."""
+    rows = re.findall(
+        r"^\| `([-\w]+)` \| (.+?) \|[ \t]*$", LAYOUT_PAGE.read_text(encoding="utf-8"), re.MULTILINE
+    )
+    holds = dict(rows)
+    missing = [s for s in SECTIONS if s not in holds]
+    if missing:
+        raise DocsError(f"docs/layout.md's table has no row for section(s) {', '.join(missing)}")
+    return holds
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def moved_links(text: str, page: str, to: str) -> str:
+    """``text``'s relative Markdown links, written on ``page``, made relative to page ``to``."""
+
+    def move(m: re.Match) -> str:
+        target = m["target"]
+        if re.match(r"^[a-z][-+.a-z]*:|^/", target):
+            return m[0]
+        path, _, anchor = target.partition("#")
+        resolved = (
+            posixpath.normpath(posixpath.join(posixpath.dirname(page), path)) if path else page
+        )
+        moved = posixpath.relpath(resolved, posixpath.dirname(to) or ".")
+        return f"]({moved}{'#' + anchor if anchor else ''})"
+
+    return LINK.sub(move, text)
+
+
+def page_title(path: Path) -> str:
+    heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+    return heading[1].strip() if heading else path.stem
+
+
+def compare_section_intro(section: str, keys: set[str], differs: dict, holds: dict) -> str:
+    """Under a section's heading on the compare page: one line on what the section holds, a link
+    to its topic page, and what differs, one bullet per implementation (rosetta.js shows the two
+    chosen ones' bullets)."""
+    page, items = differs[section]
+    title = page_title(DOCS / page)
+    out = [
+        '<div class="rosetta-section-about" markdown>',
+        "",
+        f"Holds {holds[section]}. All of them side by side, with more on why: [{title}]({page}).",
+        "",
+        "</div>",
+        "",
+        '<div class="rosetta-differs" markdown>',
+        "",
+    ]
+    for impls, text in items:
+        shown = [k for k in impls if k in keys]
+        if not shown:
+            continue
+        out += [
+            f'<div class="rosetta-differ" data-impls="{" ".join(shown)}" markdown>',
+            "",
+            moved_links(text, page, "compare.md"),
+            "",
+            "</div>",
+            "",
+        ]
+    return "\n".join([*out, "</div>", ""])
+
+
+# --- source files as pages -----------------------------------------------------------------------
+
+SOURCE_PAGES = "source"  # docs/source/FILE.md: generated, one per repository file the pages name
+SOURCE_SUFFIXES = {".py": "python", ".toml": "toml", ".ini": "ini", ".cfg": "ini", ".sh": "bash",
+                   ".yml": "yaml", ".yaml": "yaml"}  # fmt: skip
+INLINE_PATH = re.compile(
+    r"(?<![\[\w`])`(?P<path>[\w.-]+(?:/[\w.-]+)*\.(?:"
+    + "|".join(s[1:] for s in SOURCE_SUFFIXES)
+    + r"))`(?![\]\w`])"
+)
+FILENAME = re.compile(r'<span class="filename">(?P<path>[\w./-]+)(?P<rest> · [^<]*)?</span>')
+
+
+def source_files() -> list[str]:
+    """The repository files the site shows as pages of their own: every file a page names in
+    inline code (`` `impls/flax_nnx.py` ``) or includes (``<!-- snippet FILE -->``), the
+    implementations' and the concept tour's files; text files with a known suffix only."""
+    named = {source for _, source in IMPLEMENTATIONS.values() if _inside(source)}
+    named.update(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples" / "tour").glob("*.py"))
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        named.update(m["path"] for m in INLINE_PATH.finditer(text))
+        named.update(m["ref"].partition(":")[0] for m in INCLUDE.finditer(text))
+    return sorted(
+        path
+        for path in named
+        if Path(path).suffix in SOURCE_SUFFIXES
+        and not path.startswith(("docs/", "/", "."))
+        and (ROOT / path).is_file()
+    )
+
+
+def source_page(path: str) -> str:
+    """The Markdown of a file's page: its whole text with line numbers, and its marked sections."""
+    text = (ROOT / path).read_text(encoding="utf-8").rstrip("\n")
+    lines = literal(text)
+    fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", text)), default=0))
+    language = SOURCE_SUFFIXES[Path(path).suffix]
+    about = [f"The file as the site was built from it: {len(text.splitlines())} lines."]
+    try:
+        sections = sections_of(ROOT / path)
+    except DocsError:
+        sections = {}
+    impls = [key for key, (_, source) in IMPLEMENTATIONS.items() if source == path]
+    if impls:
+        other = next(k for k in ("flax_nnx", "pure_jax", *IMPLEMENTATIONS) if k != impls[0])
+        href = posixpath.relpath("compare.md", posixpath.dirname(source_uri(path)))
+        about.append(
+            f"It is the {IMPLEMENTATIONS[impls[0]][0]} implementation: read it beside another, "
+            f"section by section, on [the compare page]({href}?a={impls[0]}&b={other})."
+        )
+    if sections:
+        listed = ", ".join(
+            f"`{name}` (lines {s + 1}-{e - 1})"
+            for name, (s, e) in sorted(sections.items(), key=lambda item: item[1])
+        )
+        about.append(f"Its marked sections, which the side-by-side pages show: {listed}.")
+    return "\n".join(
+        [
+            "---",
+            "hide:",
+            "  - navigation",
+            "  - toc",
+            "---",
+            "",
+            f"# `{path}`",
+            "",
+            " ".join(about),
+            "",
+            f'{fence}{language} linenums="1" title="{path}"',
+            *lines,
+            fence,
+            "",
+        ]
+    )
+
+
+def source_uri(path: str) -> str:
+    return f"{SOURCE_PAGES}/{path}.md"
+
+
+def link_sources(markdown: str, where: str) -> str:
+    """Inline code naming a file that has a page of its own becomes a link to that page."""
+    if where.startswith(SOURCE_PAGES + "/"):
+        return markdown
+    known = set(SOURCE_FILES)
+
+    def link(m: re.Match) -> str:
+        if m["path"] not in known:
+            return m[0]
+        href = posixpath.relpath(source_uri(m["path"]), posixpath.dirname(where) or ".")
+        return f"[{m[0]}]({href})"
+
+    return INLINE_PATH.sub(link, markdown)
 
 
 # --- lines of code -------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ system's Chromium (``$CVAE_CHROMIUM``, else ``chromium`` on the PATH: Debian's p
 downloads a browser. Without Chromium, Playwright or a built site, every test here is skipped and
 the reason says which. Screenshots go to ``$CVAE_DOCS_SCREENSHOTS`` (default ``site-screenshots/``,
 ignored by git): the first screenful of every page at 1440 px, every side-by-side page whole at
-1440 and 800 px, and the views of two implementations (``pair/``) with their measurements
-(``pair/measurements.json``: the widest code line against its column, for every pair), and the
+1440, 800 and 390 px, and the views of two implementations (``pair/``) with their measurements
+(``pair/measurements.json``: the widest code line against its column, for every pair), the
 choosing and performance pages whole at 1440 x 900 px with their tables' measurements
 (``layout/``: the page's height, the text column's width, every table's top, width and sideways
-scroll).
+scroll), and the screens the reading checks look at (``reading/``: the compare page and a topic
+page at mid-block, at 1440 x 900 and 390 x 844 px).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ IMPLEMENTATIONS, SECTIONS = hooks.IMPLEMENTATIONS, hooks.SECTIONS
 LABELS = [label for label, _ in IMPLEMENTATIONS.values()]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDE, NARROW = 1440, 800  # where a pair fits 100-character lines; where the columns are tabs
+PHONE = 390  # a phone's width (its height: PHONE_HEIGHT)
+PHONE_HEIGHT = 844
+STORE = "rosetta.view"  # where rosetta.js keeps the reader's choice (localStorage)
 
 
 def find_chromium() -> str | None:
@@ -109,12 +113,20 @@ def browser():
         chromium.close()
 
 
-def new_page(browser, base_url: str, width: int, problems: list[str], **options):
-    """A tab of ``width`` x 900 px, in a context of its own (nothing stored from another test),
-    that records console errors, uncaught exceptions, failed and refused requests and HTTP errors
-    into ``problems``; requests off the site are aborted. ``options`` go to Playwright's
-    ``new_page`` (``java_script_enabled=False``, say)."""
-    page = browser.new_page(viewport={"width": width, "height": 900}, **options)
+def new_page(browser, base_url: str, width: int, problems: list[str], view=None, **options):
+    """A tab of ``width`` x 900 px (x 844 at a phone's width), in a context of its own (nothing
+    stored from another test), that records console errors, uncaught exceptions, failed and
+    refused requests and HTTP errors into ``problems``; requests off the site are aborted.
+    ``view="all"`` opens every page on every implementation (as a reader who chose "All six"
+    would have it stored). ``options`` go to Playwright's ``new_page``
+    (``java_script_enabled=False``, say)."""
+    height = PHONE_HEIGHT if width <= PHONE else 900
+    page = browser.new_page(viewport={"width": width, "height": height}, **options)
+    if view is not None:
+        page.add_init_script(
+            f"try {{ localStorage.setItem({STORE!r}, JSON.stringify({{view: {view!r}}})) }} "
+            "catch (error) {}"
+        )
 
     def route(route):
         if route.request.url.startswith(base_url):
@@ -288,6 +300,37 @@ SPLIT_TOKENS = r"""() => {
 }"""
 
 
+# Every wrapped line of the code shown whose continuation rows do not start right of where the
+# line's code starts (its first character after the indentation) by at least two characters.
+UNHUNG = r"""() => {
+  const bad = [];
+  const range = document.createRange();
+  for (const line of document.querySelectorAll('.rosetta code > span[id^="__span"]')) {
+    if (!line.getClientRects().length) continue;  // in a hidden tab
+    range.selectNodeContents(line);
+    const rects = [...range.getClientRects()].filter(r => r.width > 0);
+    const tops = [...new Set(rects.map(r => Math.round(r.top)))].sort((a, b) => a - b);
+    if (tops.length < 2) continue;
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+    let first = null;
+    for (let n = walker.nextNode(); n && !first; n = walker.nextNode()) {
+      const at = n.data.search(/\S/);
+      if (at >= 0) first = [n, at];
+    }
+    if (!first) continue;
+    range.setStart(first[0], first[1]);
+    range.setEnd(first[0], first[1] + 1);
+    const start = range.getBoundingClientRect();
+    const rest = rects.filter(r => Math.round(r.top) > tops[0] && r.width > 1);
+    const left = Math.min(...rest.map(r => r.left));
+    if (left < start.left + 2 * start.width - 1)
+      bad.push(`${line.textContent.trim().slice(0, 60)} (code at ${start.left.toFixed(0)} px, ` +
+               `continued at ${left.toFixed(0)} px)`);
+  }
+  return bad;
+}"""
+
+
 def check_columns(layout, name: str) -> None:
     """Every implementation, one column each, side by side within the page and under its label."""
     for i, s in enumerate(layout["sets"]):
@@ -317,8 +360,8 @@ def check_tabs(layout, name: str) -> None:
 
 def check_pair(layout, pair: tuple[str, str], name: str, *, columns: bool) -> None:
     """Exactly the two chosen implementations, the first on the left (or above, stacked) and
-    the second beside it (or below), the same width, top-aligned side by side; no code line
-    wraps, and side by side every line fits in its column (nothing to scroll)."""
+    the second beside it (or below), the same width, top-aligned side by side; side by side no
+    code line wraps and every line fits in its column (nothing to scroll)."""
     order = list(IMPLEMENTATIONS)
     assert layout["query"] == f"?a={pair[0]}&b={pair[1]}", (name, layout["query"])
     assert layout["pageOverflow"] <= 0, f"{name}: page {layout['pageOverflow']} px too wide"
@@ -341,28 +384,31 @@ def check_pair(layout, pair: tuple[str, str], name: str, *, columns: bool) -> No
             assert abs(first["left"] - second["left"]) < 1 and first["top"] < second["top"], where
         for block in (first, second):
             for code in block["code"]:
-                assert code["whiteSpace"] == "pre", (where, code["whiteSpace"])
-                assert not code["wrapped"], (where, "wrapped", code["wrapped"][:3])
-                if columns:
+                if columns:  # stacked, long lines wrap (checked by the reading tests)
+                    assert code["whiteSpace"] == "pre", (where, code["whiteSpace"])
+                    assert not code["wrapped"], (where, "wrapped", code["wrapped"][:3])
                     assert code["overflow"] <= 0, (where, "a line wider than its column", code)
 
 
-@pytest.mark.parametrize("width", [WIDE, NARROW])
+@pytest.mark.parametrize("width", [WIDE, NARROW, PHONE])
 def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
-    """All as columns at 1440 px, as tabs at 800 px; nothing wider than the window at either,
-    and at 1440 px no code line broken inside a name or any other token."""
+    """All of them as columns at 1440 px, as tabs at 800 and 390 px; nothing wider than the
+    window, no code line broken inside a name or any other token, and every wrapped line hangs
+    right of where its code starts."""
     (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
-    page = new_page(browser, base_url, width, problems)
+    page = new_page(browser, base_url, width, problems, view="all")
     failures = []
     for name in SIDE_BY_SIDE:
         page.goto(base_url + url_path(name))
         layout = page.evaluate(LAYOUT)
-        split = page.evaluate(SPLIT_TOKENS) if width == WIDE else []
+        split = page.evaluate(SPLIT_TOKENS)
+        unhung = page.evaluate(UNHUNG)
         page.screenshot(path=SHOTS / str(width) / f"{slug(name)}.png", full_page=True)
         try:
             assert layout["pageOverflow"] <= 0, f"{name}: page {layout['pageOverflow']} px too wide"
             assert not split, f"{name}: broken inside a token: {split[:3]}"
+            assert not unhung, f"{name}: wrapped without a hanging indent: {unhung[:3]}"
             (check_columns if width == WIDE else check_tabs)(layout, name)
         except AssertionError as error:
             failures.append(str(error))
@@ -373,7 +419,7 @@ def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
 
 def test_choosing_a_tab_switches_every_tab_set_and_is_remembered(browser, base_url):
     problems: list[str] = []
-    page = new_page(browser, base_url, NARROW, problems)
+    page = new_page(browser, base_url, NARROW, problems, view="all")
     first, second = SIDE_BY_SIDE[0], SIDE_BY_SIDE[1]
     page.goto(base_url + url_path(first))
     page.locator(".rosetta .tabbed-labels > label", has_text="Equinox").first.click()
@@ -403,10 +449,60 @@ def headings(page) -> list[str]:
     )
 
 
+# For every tab set of a pair shown as two columns: per side, the definitions of its code (def and
+# class NAME, a top-level NAME =), each with the top of its first line (its first decorator).
+DEFINITIONS = r"""() => [...document.querySelectorAll('.rosetta[data-view="pair"] .tabbed-set')]
+  .map(set => ['a', 'b'].map(side => {
+    const code = set.querySelector(`.tabbed-content > [data-side="${side}"] pre > code`);
+    if (!code) return [];
+    const lines = [...code.querySelectorAll(':scope > span[id^="__span"]')];
+    const found = [];
+    lines.forEach((line, i) => {
+      const m = /^\s*(?:async\s+)?(?:def|class)\s+(\w+)|^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)/
+        .exec(line.textContent);
+      if (!m) return;
+      let first = i;
+      while (first > 0 && /^\s*@/.test(lines[first - 1].textContent)) first -= 1;
+      found.push([m[1] ? `def ${m[1]}` : `${m[2]} =`,
+                  lines[first].getBoundingClientRect().top + window.scrollY]);
+    });
+    return found;
+  }))"""
+
+
+def longest_common(a: list[str], b: list[str]) -> int:
+    """The length of the longest sequence of items that ``a`` and ``b`` both hold in order."""
+    best = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            best[i][j] = (
+                best[i + 1][j + 1] + 1 if a[i] == b[j] else max(best[i + 1][j], best[i][j + 1])
+            )
+    return best[0][0]
+
+
+def misaligned(sets) -> list[str]:
+    """Each tab set whose two columns hold fewer pairs of the same definition on the same row
+    than the longest run of definitions both hold in the same order."""
+    bad = []
+    for n, (a, b) in enumerate(sets):
+        want = longest_common([k for k, _ in a], [k for k, _ in b])
+        rows = {(k, round(top)) for k, top in a}
+        level = sum(
+            1
+            for k, top in b
+            if (k, round(top)) in rows or (k, round(top) - 1) in rows or (k, round(top) + 1) in rows
+        )
+        if level < want:
+            bad.append(f"tab set {n}: {level} of {want} shared definitions side by side")
+    return bad
+
+
 def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_url):
     """Every ordered pair of them, chosen with the controls on the compare page at 1440 px:
     the two files' openings and sections, each beside the same one of the other, aligned and
-    unwrapped; the address names the pair, and opening it elsewhere shows the same view."""
+    unwrapped, the definitions both hold in the same order on the same rows; the address names
+    the pair, and opening it elsewhere shows the same view."""
     shots = SHOTS / "pair"
     shots.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
@@ -423,6 +519,7 @@ def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_
             check_pair(layout, (left, right), "compare", columns=True)
         except AssertionError as error:
             failures.append(str(error))
+        failures += [f"compare {left, right}: {m}" for m in misaligned(page.evaluate(DEFINITIONS))]
         for s in layout["sets"]:
             blocks = sorted((b for b in s["blocks"] if b["shown"]), key=lambda b: b["left"])
             titles = [title for b in blocks for title in b["titles"]]
@@ -457,16 +554,19 @@ def test_the_compare_page_shows_every_pair_chosen_by_the_controls(browser, base_
 
 
 def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_url):
-    """On a topic page: all of them at first; "Two" and the two lists choose a pair, which every
-    topic and tour page then shows (and its address names), and which the link to the whole
-    files carries to the compare page; "All six" brings the columns back, on every page."""
+    """On a topic page: a pair at first (Flax Linen against Flax NNX); the two lists choose
+    another, which every topic and tour page then shows (and its address names), and which the
+    link to the whole files carries to the compare page; "All six" shows every column, on every
+    page, in one click, and "Two" brings the pair back."""
     shots = SHOTS / "pair"
     shots.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     page = new_page(browser, base_url, WIDE, problems)
     first = SIDE_BY_SIDE[0]
     page.goto(base_url + url_path(first))
-    assert page.is_checked(".rosetta-view input[value=all]")
+    assert page.is_checked(".rosetta-view input[value=pair]")
+    check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), first, columns=True)
+    page.get_by_label(f"All {hooks.NUMBER_WORDS[len(LABELS)]}").check()
     check_columns(page.evaluate(LAYOUT), first)
     page.get_by_label("Two:").check()
     check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), first, columns=True)
@@ -497,18 +597,28 @@ def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_
     assert not problems, problems
 
 
-def test_a_pair_stacks_on_a_narrow_screen(browser, base_url):
-    """At 800 px the two stand one above the other, each as wide as the page; the code scrolls
-    sideways rather than wrap."""
+@pytest.mark.parametrize("width", [NARROW, PHONE])
+def test_a_pair_stacks_on_a_narrow_screen(browser, base_url, width):
+    """At 800 and 390 px the two stand one above the other, each as wide as the page; long
+    lines wrap between tokens, never inside one, and hang right of where their code starts."""
     shots = SHOTS / "pair"
     shots.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
-    page = new_page(browser, base_url, NARROW, problems)
-    for name in (COMPARE, SIDE_BY_SIDE[0]):
+    page = new_page(browser, base_url, width, problems)
+    failures = []
+    for name in (COMPARE, *SIDE_BY_SIDE):
         page.goto(base_url + url_path(name) + "?a=equinox&b=flax_linen")
-        check_pair(page.evaluate(LAYOUT), ("equinox", "flax_linen"), name, columns=False)
-        page.screenshot(path=shots / f"{slug(name)}-{NARROW}.png")
+        try:
+            check_pair(page.evaluate(LAYOUT), ("equinox", "flax_linen"), name, columns=False)
+            split, unhung = page.evaluate(SPLIT_TOKENS), page.evaluate(UNHUNG)
+            assert not split, f"{name}: broken inside a token: {split[:3]}"
+            assert not unhung, f"{name}: wrapped without a hanging indent: {unhung[:3]}"
+        except AssertionError as error:
+            failures.append(str(error))
+        if name in (COMPARE, SIDE_BY_SIDE[0]):
+            page.screenshot(path=shots / f"{slug(name)}-{width}.png")
     page.close()
+    assert not failures, "\n".join(failures)
     assert not problems, problems
 
 
@@ -621,3 +731,317 @@ def test_no_table_on_the_performance_page_scrolls_sideways(browser, base_url):
         failures
     )
     assert not layout["problems"], layout["problems"]
+
+
+# --- reading: words first, the compare page's notes, labels in view, copy buttons, pictures ---
+
+TOPICS = [p for p in SIDE_BY_SIDE if p.startswith("topics/")]
+READING = [WIDE, PHONE]  # the widths the reading checks run at (x 900 and x 844 px)
+
+# Before the first code of the page's content: the paragraphs, the bold words of the bullets
+# (a differences list names each implementation so), and whether any code comes at all.
+WORDS_FIRST = r"""() => {
+  const content = document.querySelector('.md-content__inner');
+  const code = content.querySelector('pre, .rosetta, .highlight');
+  const before = e => !code ||
+    (e.compareDocumentPosition(code) & Node.DOCUMENT_POSITION_FOLLOWING);
+  const shown = e => e.offsetHeight > 0;
+  return {
+    code: Boolean(code),
+    paragraphs: [...content.querySelectorAll('p')].filter(p => before(p) && shown(p)
+      && !p.closest('.rosetta-view')).map(p => p.textContent.trim()).filter(t => t.length > 40),
+    labelled: [...content.querySelectorAll('li')].filter(li => before(li) && shown(li))
+      .flatMap(li => [...li.querySelectorAll(':scope > strong, :scope > p > strong')])
+      .map(strong => strong.textContent.trim()),
+  };
+}"""
+
+
+@pytest.mark.parametrize("width", READING)
+def test_every_side_by_side_page_says_what_differs_before_the_code(browser, base_url, width):
+    """On every topic and tour page a paragraph comes before the first code; on every topic
+    page, also a list that names every implementation by its label, one bullet at a time."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems)
+    failures = []
+    for name in SIDE_BY_SIDE:
+        page.goto(base_url + url_path(name))
+        found = page.evaluate(WORDS_FIRST)
+        if not found["code"]:
+            failures.append(f"{name}: no code at all")
+        if not found["paragraphs"]:
+            failures.append(f"{name}: no paragraph before the first code")
+        named = {label.lower() for label in found["labelled"]}
+        missing = [label for label in LABELS if label.lower() not in named]
+        if name in TOPICS and missing:
+            failures.append(f"{name}: before the code, no bullet names {missing}")
+    page.close()
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+# Under each h2 of the compare page: the section's explanation and its link, and the notes on
+# what differs that show (their implementations, in the order shown).
+COMPARE_WORDS = r"""() => [...document.querySelectorAll('.md-content h2')].map(h => {
+  const about = h.nextElementSibling;
+  const differs = about && about.nextElementSibling;
+  const notes = differs && differs.classList.contains('rosetta-differs')
+    ? [...differs.querySelectorAll('.rosetta-differ')].filter(n => n.offsetHeight > 0)
+        .sort((x, y) => x.getBoundingClientRect().top - y.getBoundingClientRect().top)
+    : [];
+  return {
+    id: h.id,
+    about: about && about.classList.contains('rosetta-section-about')
+      ? about.textContent.trim() : null,
+    links: about ? [...about.querySelectorAll('a[href]')].map(a => a.pathname) : [],
+    notes: notes.map(n => ({impls: n.dataset.impls.split(' '), text: n.textContent.trim()})),
+  };
+})"""
+
+
+@pytest.mark.parametrize("width", READING)
+def test_every_compare_section_explains_itself_for_every_pair(browser, base_url, width):
+    """Every section of the compare page says what it holds and links to its topic page; for
+    every pair, chosen with the controls, each section shows what differs for the two chosen and
+    for no other: the left one's note first (one note where a single note covers both)."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems)
+    page.goto(base_url + url_path(COMPARE))
+    failures = []
+    for section in page.evaluate(COMPARE_WORDS):
+        if section["id"] not in SECTIONS:
+            continue
+        if not section["about"] or len(section["about"]) < 30:
+            failures.append(f"{section['id']}: no explanation ({section['about']!r})")
+        if not any("/topics/" in link for link in section["links"]):
+            failures.append(f"{section['id']}: no link to a topic page ({section['links']})")
+    pairs = list(itertools.combinations(IMPLEMENTATIONS, 2))
+    for left, right in [*pairs, tuple(reversed(pairs[-1]))]:
+        pick(page, left, right)
+        sections = [s for s in page.evaluate(COMPARE_WORDS) if s["id"] in SECTIONS]
+        if [s["id"] for s in sections] != SECTIONS:
+            failures.append(f"{left, right}: sections {[s['id'] for s in sections]}")
+        for section in sections:
+            shown = [set(note["impls"]) for note in section["notes"]]
+            where = f"{left, right}, {section['id']}"
+            if not shown or not all(n & {left, right} for n in shown):
+                failures.append(f"{where}: notes for {shown}")
+            elif {left, right} - set().union(*shown):
+                failures.append(f"{where}: no note for { ({left, right} - set().union(*shown)) }")
+            elif left not in shown[0]:
+                failures.append(f"{where}: the first note is for {shown[0]}, not {left}")
+            if any(len(note["text"]) < 20 for note in section["notes"]):
+                failures.append(f"{where}: an empty note")
+    (SHOTS / "reading").mkdir(parents=True, exist_ok=True)
+    page.evaluate("document.getElementById('module').scrollIntoView()")
+    page.screenshot(path=SHOTS / "reading" / f"compare-module-{width}.png")
+    page.close()
+    assert not failures, "\n".join(failures[:20])
+    assert not problems, problems
+
+
+# For the tallest code block of the page's side-by-side tab sets: scroll its middle to the
+# middle of the window, then for every block of that set that shows, what names it (the column's
+# label; in tabs the chosen tab's label; stacked, the block's title): whether it is inside the
+# window below the header and not covered by anything.
+MID_BLOCK = r"""() => {
+  const header = document.querySelector('.md-header').getBoundingClientRect().bottom;
+  const blocks = [...document.querySelectorAll('.rosetta .tabbed-block')]
+    .filter(b => b.offsetHeight > 0);
+  const tallest = blocks.reduce((a, b) => (b.offsetHeight > a.offsetHeight ? b : a));
+  const r = tallest.getBoundingClientRect();
+  window.scrollBy(0, r.top + r.height / 2 - window.innerHeight / 2);
+  const set = tallest.closest('.tabbed-set');
+  const shown = [...set.querySelectorAll(':scope > .tabbed-content > .tabbed-block')]
+    .map((b, i) => [b, i]).filter(([b]) => b.offsetHeight > 0);
+  const labels = [...set.querySelectorAll(':scope > .tabbed-labels > label')];
+  // stacked, only the blocks across the middle of the window, each by the title of its code
+  // block there (a tab may hold more than one)
+  const middle = window.innerHeight / 2;
+  const across = e => { const q = e.getBoundingClientRect();
+                        return q.top <= middle && middle <= q.bottom; };
+  return {height: Math.round(r.height), names: shown.filter(([b, i]) => {
+    const label = labels[i];
+    return (label && label.offsetHeight > 0) || across(b);
+  }).map(([b, i]) => {
+    const label = labels[i];
+    const name = label && label.offsetHeight > 0 ? label
+      : ([...b.querySelectorAll('.highlight')].find(across) || b).querySelector('.filename');
+    const box = name.getBoundingClientRect();
+    const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    return {text: name.textContent.trim(), top: box.top, bottom: box.bottom, header,
+            height: window.innerHeight,
+            // a column's label lets the pointer through to its row (pointer-events: none)
+            uncovered: Boolean(hit && (name.contains(hit) || hit === name.parentElement))};
+  })};
+}"""
+
+
+@pytest.mark.parametrize("view", ["pair", "all"])
+@pytest.mark.parametrize("width", READING)
+def test_the_labels_stay_in_view_at_mid_block(browser, base_url, width, view):
+    """Halfway down the longest code block of the compare page and of the topic pages, what
+    names each column (its label, the chosen tab, or a stacked block's title) is in the window,
+    under the header, uncovered."""
+    (SHOTS / "reading").mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems, view=view)
+    failures = []
+    for name in [COMPARE, *TOPICS] if view == "pair" else TOPICS:
+        page.goto(base_url + url_path(name))
+        found = page.evaluate(MID_BLOCK)
+        if found["height"] < page.viewport_size["height"]:
+            continue  # the whole block fits in the window: nothing scrolls away
+        for label in found["names"]:
+            inside = label["header"] - 1 <= label["top"] and label["bottom"] <= label["height"]
+            if not (inside and label["uncovered"]):
+                failures.append(f"{name}, {view}: {label}")
+        if name in (COMPARE, "topics/modules/index.html"):
+            page.screenshot(path=SHOTS / "reading" / f"{slug(name)}-{view}-{width}-mid.png")
+    page.close()
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+# Every copy button that shows, and the text of its code block under it (the rectangles of the
+# characters it covers).
+COVERED = r"""() => {
+  const range = document.createRange();
+  const overlaps = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 &&
+    a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  const bad = [];
+  for (const nav of document.querySelectorAll('.md-code__nav, .md-clipboard')) {
+    if (!nav.offsetHeight) continue;
+    const box = nav.getBoundingClientRect();
+    const block = nav.closest('.highlight') || nav.closest('pre');
+    for (const code of block.querySelectorAll('code')) {
+      range.selectNodeContents(code);
+      const hit = [...range.getClientRects()].find(r => r.width > 0 && overlaps(r, box));
+      if (hit) { bad.push(code.textContent.trim().split('\n')[0].slice(0, 60)); break; }
+    }
+  }
+  return bad;
+}"""
+
+
+@pytest.mark.parametrize("width", READING)
+def test_no_copy_button_covers_code(browser, base_url, width):
+    """On every page but the source files' own (long, and made like the others), no copy button
+    lies over the text of its code block."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems)
+    failures = []
+    for name in PAGES:
+        if name.startswith("source/") and name != "source/impls/pure_jax.py/index.html":
+            continue
+        page.goto(base_url + url_path(name))
+        page.wait_for_selector(".md-code__nav, .md-clipboard", state="attached", timeout=2000) if (
+            page.locator("pre").count()
+        ) else None
+        covered = page.evaluate(COVERED)
+        if covered:
+            failures.append(f"{name}: {covered[:3]}")
+    page.close()
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+# Every picture in the page's content: its size on the screen and the size it was drawn at.
+PICTURES = r"""() => [...document.querySelectorAll('.md-content img')].map(img => ({
+  src: img.getAttribute('src'), shown: img.clientWidth, natural: img.naturalWidth,
+  column: img.closest('.md-content__inner').clientWidth,
+}))"""
+
+
+def test_pictures_are_shown_at_the_size_they_were_drawn_for(browser, base_url):
+    """At 1440 px, every picture on every page is shown at its drawn width or at half of it (a
+    picture drawn at twice the size for sharp screens), and fits the text column."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    failures, seen = [], 0
+    for name in PAGES:
+        if name.startswith("source/"):
+            continue
+        page.goto(base_url + url_path(name), wait_until="load")
+        for picture in page.evaluate(PICTURES):
+            seen += 1
+            scale = picture["natural"] / max(picture["shown"], 1)
+            if not (abs(scale - 1) < 0.01 or abs(scale - 2) < 0.01):
+                failures.append(f"{name}: {picture}")
+            if picture["shown"] > picture["column"]:
+                failures.append(f"{name}: wider than the column: {picture}")
+    page.close()
+    assert seen >= 3, f"only {seen} pictures found"
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+HOME_CARDS = r"""() => [...document.querySelectorAll('.md-content .grid.cards > ul > li')]
+  .map(li => ({
+  text: li.textContent.replace(/\s+/g, ' ').trim(),
+  links: [...li.querySelectorAll('a[href]')].map(a => a.pathname + a.search),
+}))"""
+
+
+def test_the_home_page_introduces_every_implementation(browser, base_url):
+    """The home page opens with one card per implementation, each with its label, a link to
+    its implementation file's page and a link to its compare view (a pair that holds it)."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    page.goto(base_url)
+    cards = page.evaluate(HOME_CARDS)
+    page.screenshot(path=SHOTS / "reading" / "home-1440.png", full_page=True)
+    page.close()
+    assert len(cards) == len(IMPLEMENTATIONS), [c["text"][:40] for c in cards]
+    for (key, (label, source)), card in zip(IMPLEMENTATIONS.items(), cards, strict=True):
+        assert card["text"].lower().startswith(label.lower()) or label in card["text"], card
+        assert any(link.endswith(f"/source/{source}/") for link in card["links"]), (key, card)
+        compare = [link for link in card["links"] if "/compare/?" in link]
+        assert any(f"a={key}&" in link or link.endswith(f"b={key}") for link in compare), card
+    assert not problems, problems
+
+
+# Every name (or name=) in inline code in the cells of the page's tables that the screen shows
+# on more than one row: split inside.
+SPLIT_CELLS = r"""() => {
+  const range = document.createRange();
+  const split = [];
+  for (const code of document.querySelectorAll('.md-content td code, .md-content th code')) {
+    const nodes = [];
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(), at = 0; n; at += n.data.length, n = walker.nextNode())
+      nodes.push([n, at]);
+    const text = nodes.map(([n]) => n.data).join('');
+    const place = (offset, end) => {
+      const [n, at] = nodes.find(([n, at]) => offset - at < n.data.length + (end ? 1 : 0));
+      return [n, offset - at];
+    };
+    for (const m of text.matchAll(/[A-Za-z_][A-Za-z0-9_]*=?/g)) {
+      range.setStart(...place(m.index, false));
+      range.setEnd(...place(m.index + m[0].length, true));
+      const rows = new Set([...range.getClientRects()].filter(r => r.width > 0)
+        .map(r => Math.round(r.top))).size;
+      if (rows > 1) split.push(`${m[0]} in ${text}`);
+    }
+  }
+  return split;
+}"""
+
+
+@pytest.mark.parametrize("width", READING)
+def test_no_name_in_a_table_is_split(browser, base_url, width):
+    """In every table of every page, inline code (a name, ``rngs=``, ``batch_stats``) stays on
+    one row; a table too wide for a phone scrolls sideways instead."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems)
+    failures = []
+    for name in PAGES:
+        if name.startswith("source/"):
+            continue
+        page.goto(base_url + url_path(name))
+        split = page.evaluate(SPLIT_CELLS)
+        if split:
+            failures.append(f"{name}: {split[:4]}")
+    page.close()
+    assert not failures, "\n".join(failures)
+    assert not problems, problems

@@ -143,6 +143,119 @@ def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
         assert [line for text in shown[key] for line in text.splitlines() if line.strip()] == kept
 
 
+def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
+    """Under each section's heading: the line of docs/layout.md's table on what it holds, a link
+    to the topic page whose differences block names the section, and that block's bullets, one
+    note per bullet, each naming the implementations it covers (rosetta.js shows two)."""
+    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    holds, differs = hooks.section_holds(), hooks.section_differences()
+    parts = re.split(r"<h2 id=\"", html)[2:]  # after the opening's heading, one per section
+    assert len(parts) == len(hooks.SECTIONS)
+    for section, part in zip(hooks.SECTIONS, parts, strict=True):
+        about = re.search(r'<div class="rosetta-section-about">(.*?)</div>', part, re.DOTALL)
+        assert about, section
+        assert "Holds " + holds[section].replace("`", "")[:30] in html_text(about[1]), section
+        page, bullets = differs[section]
+        # a link to the topic page (a .md link here: this one-page site has no such page)
+        assert re.search(rf'href="(\.\./)?{page.removesuffix(".md")}', about[1]), about[1]
+        notes = re.findall(r'<div class="rosetta-differ" data-impls="([^"]+)">', part)
+        assert [n.split() for n in notes] == [keys for keys, _ in bullets], section
+        assert sorted(k for n in notes for k in n.split()) == sorted(hooks.IMPLEMENTATIONS)
+
+
+def differences_block(*bullets: str, name: str = "module") -> str:
+    return "\n".join([f"<!-- differences: {name} -->", *bullets, "<!-- end differences -->", ""])
+
+
+SIX = [
+    "- **Pure JAX** has no module.",
+    "- **Flax Linen**, **Flax NNX** and **Haiku** have modules,",
+    "  over two lines.",
+    "- **Equinox** has pytrees.",
+    "- **Keras 3** has layers.",
+]
+
+
+def test_a_differences_block_is_read_bullet_by_bullet():
+    [(name, items)] = hooks.differences(differences_block(*SIX), "topics/x.md")
+    assert name == "module"
+    assert items == [
+        (["pure_jax"], "**Pure JAX** has no module."),
+        (
+            ["flax_linen", "flax_nnx", "haiku"],
+            "**Flax Linen**, **Flax NNX** and **Haiku** have modules, over two lines.",
+        ),
+        (["equinox"], "**Equinox** has pytrees."),
+        (["keras"], "**Keras 3** has layers."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (
+            differences_block(*SIX[:-1]),
+            "expected every implementation in exactly one bullet, got no Keras 3",
+        ),
+        (differences_block(*SIX, "- **Haiku** again."), "Haiku more than once"),
+        (
+            differences_block(*SIX[1:], "- **Plain JAX** has none."),
+            "expected each bullet to start with bold labels",
+        ),
+        (differences_block(*SIX, "A paragraph."), "expected bullets"),
+        (differences_block(*SIX, name="modules"), "expected a section of the implementation files"),
+    ],
+    ids=["missing", "twice", "unknown-label", "not-a-bullet", "unknown-section"],
+)
+def test_a_malformed_differences_block_is_refused(block, message):
+    with pytest.raises(hooks.DocsError, match=re.escape(message)):
+        hooks.differences(block, "topics/x.md")
+
+
+def test_a_side_by_side_page_must_put_words_before_code():
+    code = "<!-- rosetta\nimpls:module\n-->\n"
+    words = "What this page is about, in a sentence of its own.\n\n"
+    block = differences_block(*SIX, name="module")
+    with pytest.raises(hooks.DocsError, match="expected a paragraph before the first code"):
+        hooks.check_words_first(f"# T\n\n{code}\n{words}", "tour/x.md")
+    with pytest.raises(hooks.DocsError, match="expected a differences block"):
+        hooks.check_words_first(f"# T\n\n{words}{code}", "topics/x.md")
+    hooks.check_words_first(f"# T\n\n{words}{code}", "tour/x.md")
+    hooks.check_words_first(f"# T\n\n{words}{block}\n{code}", "topics/x.md")
+    hooks.check_words_first(f"# T\n\n{code}", "topics/index.md")  # not a side-by-side page
+    hooks.check_words_first(f"# T\n\n{code}", "cli.md")
+
+
+def test_links_in_a_bullet_are_moved_to_the_page_that_shows_it():
+    text = "see [state](state.md), [a part](state.md#x), [here](#y) and [out](https://a.b/c)"
+    assert hooks.moved_links(text, "topics/modules.md", "compare.md") == (
+        "see [state](topics/state.md), [a part](topics/state.md#x), [here](topics/modules.md#y) "
+        "and [out](https://a.b/c)"
+    )
+
+
+def test_a_file_the_pages_name_gets_a_page_and_a_link(tmp_path):
+    """Inline code naming a repository file links to a page of its own that shows the file whole,
+    line by line; a code block's title that names it links there too."""
+    result = build(
+        tmp_path,
+        "# Page\n\nThe reference is `impls/pure_jax.py`; `not/a/file.py` is not.\n\n"
+        "<!-- snippet shared/spec/model.py -->\n",
+    )
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert '<a href="source/impls/pure_jax.py/"><code>impls/pure_jax.py</code></a>' in html
+    assert "<code>not/a/file.py</code>" in html and "not/a/file.py/" not in html
+    assert '<a href="source/shared/spec/model.py/">shared/spec/model.py</a>' in html
+    page = (tmp_path / "site" / "source" / "impls" / "pure_jax.py" / "index.html").read_text()
+    source = (ROOT / "impls" / "pure_jax.py").read_text(encoding="utf-8")
+    code = html_text(re.search(r'<td class="code">.*?<code>(.*?)</code>', page, re.DOTALL)[1])
+    assert code.rstrip("\n") == source.rstrip("\n")  # marker lines and all
+    assert f"{len(source.splitlines())} lines" in html_text(page)
+
+
 def test_text_in_a_tab_set_keeps_lines_that_look_like_snippet_syntax():
     """pymdownx.snippets reads every line of a page: a line that starts with its marker would
     include a file, one with a section marker in it would vanish; literal() escapes both."""

@@ -8,6 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cvae_rosetta.bench import results
@@ -97,3 +98,30 @@ def test_the_committed_result_is_what_the_page_shows(script):
     result = results.load(ROOT / "benchmarks" / "results" / "latent_tradeoff_cpu.json")
     doc = (ROOT / "docs" / "evaluation.md").read_text()
     assert f"{script.BEGIN}\n{script.table(result)}\n{script.END}" in doc
+
+
+def test_the_pictures_are_drawn_for_the_width_the_page_shows_them_at(script, tmp_path):
+    """The curve (from the committed result) and a samples picture (from made-up 28x28 images)
+    are ``report.FIGURE_WIDTH`` inches at ``report.FIGURE_DPI``: twice the 688 px the page fixes,
+    with every image of a label in its row of the mosaic."""
+    from PIL import Image
+
+    from cvae_rosetta.bench import report
+
+    wide = round(report.FIGURE_WIDTH * report.FIGURE_DPI)
+    assert wide == 2 * report.DISPLAY_WIDTH
+    result = results.load(ROOT / "benchmarks" / "results" / "latent_tradeoff_cpu.json")
+    script.curve(result, tmp_path / "curve.png")
+    assert Image.open(tmp_path / "curve.png").width == wide
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), script.SAMPLES_PER_LABEL)
+    grids = [(latent, (rng.random((labels.size, 784)), labels)) for latent in (2, 4, 8, 16, 32)]
+    file = script.samples_picture("mnist", (28, 28), grids, tmp_path)
+    assert Image.open(tmp_path / file).width == wide
+    x, c = grids[0][1]
+    mosaic, rows = script._mosaic(x, c, 28, 28)
+    assert rows == list(range(10))
+    gap = script.MOSAIC_GAP
+    top, left = gap + 3 * (28 + gap), gap + 5 * (28 + gap)  # label 3's sixth image
+    assert np.allclose(mosaic[top : top + 28, left : left + 28], x[c == 3][5].reshape(28, 28))

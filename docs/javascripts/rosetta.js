@@ -1,16 +1,19 @@
 // The side-by-side tab sets (<div class="rosetta" data-impls="KEY ...">, made by
 // docs_build/hooks.py) and the reader's choice of what they show.
 //
-// - The view: every implementation (columns on a wide screen, linked tabs on a narrow one), or
-//   two of them, in the order picked ("pair"). A control above the first tab set of a page picks
-//   it. The choice is in the address (?a=KEY&b=KEY for a pair), so a link opens the same view,
-//   and in localStorage, so the next page opens with it too. The compare page (whole files,
-//   <div class="rosetta-compare">) always shows a pair; its default is Flax Linen against NNX.
-// - Lines never break inside a name. In six columns long lines wrap, but only at spaces, after an
-//   opening bracket, a comma or "=", and before a dot; a token without a space in it is never
-//   split, and a continuation hangs four characters right of the line's own indentation (--hang;
-//   the indentation itself never wraps). A pair's two columns do not wrap at all (the CSS).
-//   The text is unchanged, so copying the code still copies it exactly.
+// - The view: two implementations, in the order picked ("pair"; at first Flax Linen against
+//   Flax NNX), or every one of them (columns on a wide screen, linked tabs on a narrow one). A
+//   control above the first tab set of a page picks it. The choice is in the address (?a=KEY&b=KEY
+//   for a pair), so a link opens the same view, and in localStorage, so the next page opens with
+//   it too. The compare page (whole files, <div class="rosetta-compare">) always shows a pair,
+//   and under each section's heading only the two chosen implementations' notes on what differs.
+// - Lines never break inside a name. Where lines wrap (every view but a pair's two columns: the
+//   CSS), they break only at spaces, after an opening bracket, a comma or "=", and before a dot;
+//   a token without a space in it is never split, and a continuation hangs four characters right
+//   of the line's own indentation (--hang; the indentation itself never wraps). The text is
+//   unchanged, so copying the code still copies it exactly.
+// - --rosetta-top: where the sticky column labels stop, below the header (and below the compare
+//   page's own sticky control).
 (function () {
   const STORE = "rosetta.view";
   const COMPARE_DEFAULT = { a: "flax_linen", b: "flax_nnx" };
@@ -71,11 +74,78 @@
   }
 
   function prepareLines() {
+    // The copy button copies data-copy when there is one (Material): the code exactly as it is
+    // in the file, whatever the wrapping and the alignment's margins do to the rendered text.
+    for (const code of document.querySelectorAll(".rosetta pre > code")) {
+      if (!code.closest("[data-copy]")) code.dataset.copy = code.textContent;
+    }
     for (const line of document.querySelectorAll('.rosetta code > span[id^="__span"]')) {
       if (!line.dataset.hang) {
         line.dataset.hang = "1";
         hang(line);
         allowBreaks(line);
+      }
+    }
+  }
+
+  // --- a pair's corresponding lines, side by side ---------------------------------------------
+
+  // In a pair's two columns, the definitions the two code blocks share (def, class, a top-level
+  // name = ...), in the order both have them, start on the same row: space is added above the
+  // one that would come first, as the Flax migration guides pad their columns with blank lines.
+  const ANCHOR = /^(\s*)(?:async\s+)?(?:def|class)\s+(\w+)|^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)/;
+
+  function anchors(code) {
+    const lines = [...code.querySelectorAll(':scope > span[id^="__span"]')];
+    const found = [];
+    lines.forEach((line, i) => {
+      const m = ANCHOR.exec(line.textContent);
+      if (!m) return;
+      let first = i; // a definition starts at its decorators
+      while (first > 0 && /^\s*@/.test(lines[first - 1].textContent)) first -= 1;
+      found.push({ key: m[2] ? `def ${m[2]}` : `${m[3]} =`, line: lines[first] });
+    });
+    return found;
+  }
+
+  // The longest run of keys both lists have in the same order (both are short).
+  function common(a, b) {
+    const n = a.length, m = b.length;
+    const best = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+    for (let i = n - 1; i >= 0; i--)
+      for (let j = m - 1; j >= 0; j--)
+        best[i][j] = a[i].key === b[j].key
+          ? best[i + 1][j + 1] + 1 : Math.max(best[i + 1][j], best[i][j + 1]);
+    const pairs = [];
+    for (let i = 0, j = 0; i < n && j < m; ) {
+      if (a[i].key === b[j].key) pairs.push([a[i++].line, b[j++].line]);
+      else if (best[i + 1][j] >= best[i][j + 1]) i++;
+      else j++;
+    }
+    return pairs;
+  }
+
+  function align() {
+    for (const line of document.querySelectorAll(".rosetta-aligned")) {
+      line.style.marginTop = "";
+      line.classList.remove("rosetta-aligned");
+    }
+    if (!window.matchMedia("(min-width: 75em)").matches) return; // stacked: nothing to align
+    for (const rosetta of document.querySelectorAll('.rosetta[data-view="pair"]')) {
+      for (const set of rosetta.querySelectorAll(":scope > .tabbed-set")) {
+        const [a, b] = ["a", "b"].map((side) => [
+          ...set.querySelectorAll(`:scope > .tabbed-content > [data-side="${side}"] pre > code`),
+        ]);
+        if (!a.length || a.length !== b.length) continue;
+        a.forEach((code, k) => {
+          for (const [left, right] of common(anchors(code), anchors(b[k]))) {
+            const gap = left.getBoundingClientRect().top - right.getBoundingClientRect().top;
+            if (Math.abs(gap) < 0.5) continue;
+            const higher = gap > 0 ? right : left;
+            higher.classList.add("rosetta-aligned");
+            higher.style.marginTop = `${Math.abs(gap)}px`;
+          }
+        });
       }
     }
   }
@@ -101,7 +171,7 @@
     ].find(([a, b]) => valid(a, b));
     let view = valid(query.get("a"), query.get("b")) ? "pair" : storedView;
     if (compare) view = "pair";
-    return { view: view === "pair" ? "pair" : "all", a: pair[0], b: pair[1] };
+    return { view: view === "all" ? "all" : "pair", a: pair[0], b: pair[1] };
   }
 
   function show(state, control, compare) {
@@ -122,6 +192,16 @@
         });
       }
     }
+    const page = document.querySelector(".rosetta-compare");
+    if (page) page.dataset.view = state.view;
+    for (const note of document.querySelectorAll(".rosetta-differ[data-impls]")) {
+      const keys = note.dataset.impls.split(" ");
+      const a = state.view === "pair" && keys.includes(state.a);
+      const b = state.view === "pair" && keys.includes(state.b);
+      if (a && b) note.dataset.side = "both";
+      else if (a || b) note.dataset.side = a ? "a" : "b";
+      else delete note.dataset.side;
+    }
     for (const radio of control.querySelectorAll("input[name=view]")) {
       radio.checked = radio.value === state.view;
     }
@@ -137,6 +217,7 @@
       url.searchParams.set("b", state.b);
     }
     history.replaceState(history.state, "", url);
+    align();
     try {
       // The compare page always shows a pair: it keeps the pair, not the view, for other pages.
       const view = compare ? stored().view : state.view;
@@ -164,13 +245,13 @@
       .map((key, i) => `<option value="${key}">${labels[i]}</option>`)
       .join("");
     control.innerHTML = `
-      ${compare ? "" : `<label><input type="radio" name="view" value="all"> All ${NUMBERS[keys.length] || keys.length}</label>
-      <label><input type="radio" name="view" value="pair"> Two:</label>`}
+      ${compare ? "" : `<label><input type="radio" name="view" value="pair"> Two:</label>`}
       <select name="a" aria-label="Left">${options}</select>
       <button type="button" class="rosetta-swap" title="Swap left and right"
         aria-label="Swap left and right">&#8644;</button>
       <select name="b" aria-label="Right">${options}</select>
-      ${compare ? "" : `<a class="rosetta-whole">the whole files side by side</a>`}`;
+      ${compare ? "" : `<label><input type="radio" name="view" value="all"> All ${NUMBERS[keys.length] || keys.length}</label>
+      <a class="rosetta-whole">the whole files side by side</a>`}`;
     return control;
   }
 
@@ -200,6 +281,22 @@
     control.querySelector(".rosetta-swap").addEventListener("click", swap);
     control.addEventListener("submit", (event) => event.preventDefault());
     show(state, control, compare);
+    stickyTop(compare ? control : null);
+  }
+
+  // The sticky labels stop below Material's header, and on the compare page below its control.
+  function stickyTop(control) {
+    const set = () => {
+      const header = document.querySelector(".md-header");
+      let top = header ? header.getBoundingClientRect().height : 0;
+      if (control) top += control.getBoundingClientRect().height;
+      document.documentElement.style.setProperty("--rosetta-top", `${Math.round(top)}px`);
+    };
+    set();
+    window.addEventListener("resize", () => {
+      set();
+      align();
+    });
   }
 
   function run() {

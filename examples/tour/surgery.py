@@ -15,8 +15,8 @@ differ:
   ``hk.data_structures.merge`` and ``partition``);
 - Equinox: ``eqx.tree_at`` returns a new model with the layer replaced (modules are immutable
   pytrees); a filter spec picks the leaves to differentiate;
-- Keras 3: nothing is replaced: ``Dense.enable_lora(rank)`` adds ``lora_kernel_a`` and
-  ``lora_kernel_b`` (zeros) to the built layer in place and marks its kernel non-trainable; the
+- Keras 3: nothing is replaced: ``Dense.enable_lora(rank)`` adds ``lora_kernel_a`` (He-uniform)
+  and ``lora_kernel_b`` (zeros) to the built layer in place and marks its kernel non-trainable; the
   other variables are frozen with ``trainable = False``, and ``compile`` + ``train_on_batch`` takes
   one step on what is left trainable. Replacing a layer by another class would mean rebuilding the
   model (``keras.models.clone_model(..., clone_function=...)``);

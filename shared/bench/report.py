@@ -40,6 +40,10 @@ def impl_label(impl: str) -> str:
 
 
 PLOTS = {"step_time": "step time per call and device time against pure JAX"}
+# Plots are drawn for the 688 px text column the page shows them in ({ width="688" }): 6.88 in at
+# 100 px an inch, so 9 pt text reads as 12.5 px; 200 dpi makes the PNG 1376 px wide, for HiDPI.
+DISPLAY_WIDTH, FIGURE_WIDTH, FIGURE_DPI = 688, 6.88, 200  # CSS px, inches, dots per inch
+FIGURE_STYLE = {"font.size": 9, "axes.titlesize": 10, "figure.titlesize": 10}  # the rest: 9 pt
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
 # The choosing page's decision table: the need, the style, the path whose cost matters for that
 # need (besides the fast path), and the caveat. The measured reason is generated from the results.
@@ -193,12 +197,15 @@ def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | Non
 # --- one result's section -------------------------------------------------------------------------
 
 
-def section(result: dict[str, Any], images: dict[str, str], level: int = 2) -> list[str]:
-    """Everything one result file says, under headings of ``level``."""
+def section(
+    result: dict[str, Any], images: dict[str, str], level: int = 2, *, sized: bool = False
+) -> list[str]:
+    """Everything one result file says, under headings of ``level``; ``sized``: the plots shown at
+    :data:`DISPLAY_WIDTH` (attr_list syntax, for the MkDocs site)."""
     h = "#" * level
     return [
         *_conditions(result),
-        *_fast(result, images, h),
+        *_fast(result, images, h, sized),
         *_wrapper_costs(result, h),
         *_overhead(result, h),
         *_compile(result, h),
@@ -273,8 +280,9 @@ def _confidence(result: dict[str, Any]) -> float | None:
     return None
 
 
-def _image(images: dict[str, str], name: str) -> list[str]:
-    return [f"![{PLOTS[name]}]({images[name]})", ""] if name in images else []
+def _image(images: dict[str, str], name: str, sized: bool = False) -> list[str]:
+    width = f'{{ width="{DISPLAY_WIDTH}" }}' if sized else ""
+    return [f"![{PLOTS[name]}]({images[name]}){width}", ""] if name in images else []
 
 
 def _grid(result: dict[str, Any], cell, labels: dict[str, str]) -> str:
@@ -300,7 +308,7 @@ def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, ex
     return [_grid(result, cell, labels), findings(entries, note), ""]
 
 
-def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
+def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -> list[str]:
     labels = {i: impl_label(i) for i in _impls(result) if i != REFERENCE}
 
     def device(batch, impl):
@@ -331,7 +339,7 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str) -> list[str]:
         "decides the small batches.",
         "",
         *_compared(result, call, labels, note=same_device),
-        *_image(images, "step_time"),
+        *_image(images, "step_time", sized),
     ]
 
 
@@ -546,7 +554,7 @@ def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]
     ]
     for source, result, images in parts:
         lines += [f"## On the {backend_name(result)}: {provenance(result)}", ""]
-        lines += [f"From `{source}`.", "", *section(result, images, level=3)]
+        lines += [f"From `{source}`.", "", *section(result, images, level=3, sized=True)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -622,32 +630,35 @@ def terminal_summary(result: dict[str, Any]) -> str:
 # --- plots ----------------------------------------------------------------------------------------
 
 
-def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> dict[str, str]:
-    """Draw every plot into ``directory``; returns ``plot name -> file name``."""
+def figure_png(path: Path, height: float, draw) -> bool:
+    """``draw(figure)`` on a figure :data:`FIGURE_WIDTH` x ``height`` inches, :data:`FIGURE_STYLE`,
+    written to ``path`` as a PNG at :data:`FIGURE_DPI`, atomically (not where it returns False)."""
     import matplotlib
-
-    matplotlib.use("Agg", force=False)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from cvae_rosetta.files import atomic_write
 
+    with matplotlib.rc_context(FIGURE_STYLE):
+        figure = Figure(figsize=(FIGURE_WIDTH, height), dpi=FIGURE_DPI, layout="constrained")
+        FigureCanvasAgg(figure)
+        if draw(figure) is False:
+            return False
+        save = lambda handle: figure.savefig(handle, format="png", dpi=FIGURE_DPI)
+        atomic_write(path, save, parents=True)
+    return True
+
+
+def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> dict[str, str]:
+    """Draw every plot into ``directory``; returns ``plot name -> file name``."""
     written: dict[str, str] = {}
     if not result["batches"]:
         return written
-    drawers = {
-        "step_time": _plot_step_time,
-    }
-    for name, draw in drawers.items():
-        figure = Figure(figsize=(9, 4), dpi=110, layout="constrained")
-        FigureCanvasAgg(figure)
-        if draw(figure, result) is False:
-            continue
+    drawers = {"step_time": (_plot_step_time, 3.5)}  # name: (draw, height in inches)
+    for name, (draw, height) in drawers.items():
         file = f"{prefix}{name}.png"
-        atomic_write(
-            directory / file, lambda handle, f=figure: f.savefig(handle, format="png"), parents=True
-        )
-        written[name] = file
+        if figure_png(directory / file, height, lambda figure, d=draw: d(figure, result)):
+            written[name] = file
     return written
 
 
@@ -655,24 +666,33 @@ def _errorbar(axis, xs, entries, i, label):
     ys = [e["ratio"] for e in entries]
     low = [e["ratio"] - (e["low"] if e.get("low") is not None else e["ratio"]) for e in entries]
     high = [(e["high"] if e.get("high") is not None else e["ratio"]) - e["ratio"] for e in entries]
-    style = {"color": f"C{i}", "marker": "o", "markersize": 4}
-    axis.errorbar(xs, ys, yerr=[low, high], label=label, capsize=3, **style)
+    style = {"color": f"C{i}", "marker": "o", "markersize": 4, "linewidth": 1.3}
+    axis.errorbar(xs, ys, yerr=[low, high], label=label, capsize=2.5, **style)
+
+
+DODGE = 1.1  # the factor between neighbouring implementations' x, so intervals do not overlap
 
 
 def _plot_step_time(figure, result):
     device, call = figure.subplots(1, 2, sharey=True)
     batches = _batches(result)
-    for i, impl in enumerate(_impls(result)):
+    impls = _impls(result)
+    for i, impl in enumerate(impls):
+        shift = DODGE ** (i - (len(impls) - 1) / 2)
         scans = [(b, scan_row(bt, impl)) for b, bt in batches]
-        scans = [(b, s["vs_pure_jax"]["step"]) for b, s in scans if s]
+        scans = [(b * shift, s["vs_pure_jax"]["step"]) for b, s in scans if s]
         _errorbar(device, [b for b, _ in scans], [e for _, e in scans], i, impl_label(impl))
-        calls = [(b, fast_row(bt, impl)["vs_pure_jax"]["step"]) for b, bt in batches]
+        calls = [(b * shift, fast_row(bt, impl)["vs_pure_jax"]["step"]) for b, bt in batches]
         _errorbar(call, [b for b, _ in calls], [e for _, e in calls], i, impl_label(impl))
     for axis, title in ((device, "device time (one lax.scan)"), (call, "per call (Python loop)")):
         axis.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         axis.set(xscale="log", xlabel="batch size", title=title)
+        axis.set_xticks([b for b, _ in batches], [str(b) for b, _ in batches])
+        axis.minorticks_off()
+        axis.grid(alpha=0.3)
     device.set(ylabel="ratio to pure JAX, with interval")
-    device.legend(fontsize=9)
+    legend = {"loc": "outside lower center", "ncols": min(len(impls), 6), "frameon": False}
+    figure.legend(*call.get_legend_handles_labels(), **legend)  # below the panels, off the data
 
 
 # --- writing into pages ---------------------------------------------------------------------------
