@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -20,9 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
+from cvae_rosetta.app import cache, configfile
 from cvae_rosetta.bench.harness import SETTING_FLAGS
+from cvae_rosetta.spec import config as config_module
 from cvae_rosetta.spec.config import SECTIONS, Config
-from cvae_rosetta.spec.errors import ConfigError, CvaeError
+from cvae_rosetta.spec.errors import (
+    ConfigError,
+    CvaeError,
+    DataError,
+    ImplementationNotFound,
+    field_error,
+)
 
 
 def _number(kind: type) -> Callable[[str], Any]:
@@ -32,17 +41,39 @@ def _number(kind: type) -> Callable[[str], Any]:
         except ValueError:
             return text  # the config refuses it with its own message
 
+    parse.metavar = kind.__name__.upper()  # type: ignore[attr-defined]  # INT, FLOAT in help
     return parse
 
 
 def _dims(text: str) -> Any:
-    return tuple(_number(int)(part.strip()) for part in text.split(",") if part.strip())
+    """``"256,128"`` -> ``(256, 128)``; ``""`` -> ``()`` (no hidden layer). A list with an empty
+    part (``"256,,64"``, ``"256,"``) is handed on as typed, for the config to refuse."""
+    if not text.strip():
+        return ()
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        return text
+    return tuple(_number(int)(part) for part in parts)
+
+
+_dims.metavar = "DIMS"  # type: ignore[attr-defined]
 
 
 # flag -> (section, field, parser, help)
 FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
-    "--data": ("data", "name", str, "digits (bundled), mnist, fashion_mnist or synthetic"),
-    "--data-dir": ("data", "data_dir", str, "directory with MNIST-format files (IDX or NPZ)"),
+    "--data": (
+        "data",
+        "name",
+        str,
+        "the data set: digits (bundled), mnist or fashion_mnist (read from --data-dir), "
+        "synthetic (generated)",
+    ),
+    "--data-dir": (
+        "data",
+        "data_dir",
+        str,
+        "directory with MNIST-format files (IDX or NPZ), for mnist and fashion_mnist",
+    ),
     "--batch-size": ("data", "batch_size", _number(int), "examples per step"),
     "--remainder": ("data", "remainder", str, "drop or pad the last partial batch of an epoch"),
     "--epochs": ("train", "epochs", _number(int), "passes over the training split"),
@@ -54,8 +85,18 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "none, pmap, sharded (jit over a sharded batch) or shard_map",
     ),
     "--devices": ("train", "devices", _number(int), "devices to split every batch over"),
-    "--input-dim": ("model", "input_dim", _number(int), "features per example (from the data)"),
-    "--num-classes": ("model", "num_classes", _number(int), "number of labels (from the data)"),
+    "--input-dim": (
+        "model",
+        "input_dim",
+        _number(int),
+        "features per example (given, it must agree with the data)",
+    ),
+    "--num-classes": (
+        "model",
+        "num_classes",
+        _number(int),
+        "number of labels (given, it must agree with the data)",
+    ),
     "--latent-dim": ("model", "latent_dim", _number(int), "size of z"),
     "--encoder-dims": ("model", "encoder_dims", _dims, "encoder widths, comma-separated"),
     "--decoder-dims": ("model", "decoder_dims", _dims, "decoder hidden widths, comma-separated"),
@@ -77,7 +118,7 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "optim",
         "decay_steps",
         _number(int),
-        "steps of the whole schedule, warm-up included (none: the run's steps)",
+        "steps of the whole schedule, warm-up included",
     ),
     "--end-learning-rate": (
         "optim",
@@ -88,6 +129,25 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
 }
 
 
+# The enumerated fields' choices, shown in help as {a,b} (the config refuses anything else)
+CHOICES: dict[str, tuple[str, ...]] = {
+    "data.name": config_module.DATA_SETS,
+    "data.remainder": config_module.REMAINDERS,
+    "train.data_parallel": config_module.DATA_PARALLEL,
+    "model.compute_dtype": config_module.COMPUTE_DTYPES,
+    "loss.kind": config_module.LOSS_KINDS,
+    "optim.schedule": config_module.SCHEDULES,
+}
+# fields whose value comes from somewhere else when not given: what help and --print-config say
+DECIDED_LATER = {
+    "model.input_dim": "from the data",
+    "model.num_classes": "from the data",
+    "optim.decay_steps": "the run's steps",
+}
+# the data sets that read --data-dir
+READS_DATA_DIR = ("mnist", "fashion_mnist")
+
+
 # The application's errors name what a flag sets: a config field (``optim.learning_rate``) or a
 # parameter of its functions (``checkpoint_every``). FIELD_FLAGS is the one table from those names
 # to the flags: every config field's (from FLAGS), the parameters named like their flags (cvae
@@ -96,12 +156,14 @@ SAME_NAMES = (
     *("checkpoint_every", "checkpoint_every_seconds", "keep_checkpoints", "iw_samples"),
     *("debug_nans", "profile_steps", "tensorboard", "out", "resume", "impls", "platforms"),
     *("seed", "step", "coordinator", "num_processes", "process_id", "port", "timeout"),
+    *("max_steps", "log_every", "eval_every", "compilation_cache", "platform"),
     *SETTING_FLAGS,
 )
 FIELD_FLAGS: dict[str, str] = {
     **{f"{section}.{field}": flag for flag, (section, field, _, _) in FLAGS.items()},
     **{name: "--" + name.replace("_", "-") for name in SAME_NAMES},
     "workdir": "--out",
+    "config_file": "--config",
     "run_dir": "--run",
     "labels": "--label",
     "count": "--n",
@@ -145,26 +207,289 @@ def _dest(flag: str) -> str:
     return "cfg_" + flag.lstrip("-").replace("-", "_")
 
 
+def _default(section: str, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
+
+
+def _metavar(section: str, name: str, parse: Callable[[str], Any]) -> str:
+    """``{bernoulli,mse}`` for an enumerated field, else the value's kind: INT, FLOAT, DIMS, DIR."""
+    choices = CHOICES.get(f"{section}.{name}")
+    return "{" + ",".join(choices) + "}" if choices else getattr(parse, "metavar", "DIR")
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("configuration (defaults in brackets)")
+    group = parser.add_argument_group(
+        "configuration (defaults in brackets; --config FILE sets any of them, flags win)"
+    )
+    group.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a config file: TOML, JSON (a run's config.json too) or Python defining "
+        "get_config(), with config.json's sections and fields (docs/cli.md)",
+    )
+    group.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as TOML, each value with where it came from (default, "
+        "the file, a flag), and exit",
+    )
     for flag, (section, name, parse, text) in FLAGS.items():
-        default = next(f.default for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        default = _default(section, name)
+        shown = DECIDED_LATER.get(f"{section}.{name}")
+        if shown is None:
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         group.add_argument(
-            flag, dest=_dest(flag), type=parse, default=None, metavar="V", help=f"{text} [{shown}]"
+            flag,
+            dest=_dest(flag),
+            type=parse,
+            default=None,
+            metavar=_metavar(section, name, parse),
+            help=f"{text} [{'none' if shown is None else shown}]",
         )
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[Config, set[str]]:
-    """The config the flags describe, and the set of ``section.field`` names given explicitly."""
-    changes: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-    given = set()
+@dataclasses.dataclass
+class Resolved:
+    """The config of ``--config`` and the flags, with where each field came from."""
+
+    config: Config
+    given: set[str]  # section.field set by the file or a flag
+    sources: dict[str, str]  # section.field -> the file or the flag that set it
+    overridden: dict[str, Any] = dataclasses.field(default_factory=dict)  # the file's, by a flag
+
+
+def resolve_config(args: argparse.Namespace) -> Resolved:
+    """The config the file (``--config``) and the flags describe (a flag wins over the file); a
+    bad value set by the file is refused naming the file too. Imports nothing of JAX."""
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    sources: dict[str, str] = {}
+    overridden: dict[str, Any] = {}
+    path = getattr(args, "config", None)
+    if path is not None:
+        for section, fields in configfile.read(path).items():
+            values[section].update(fields)
+            sources.update({f"{section}.{name}": str(path) for name in fields})
     for flag, (section, name, _, _) in FLAGS.items():
         value = getattr(args, _dest(flag))
         if value is not None:
-            changes[section][name] = value
-            given.add(f"{section}.{name}")
-    return Config(**{s: SECTIONS[s](**changes[s]) for s in SECTIONS}), given
+            key = f"{section}.{name}"
+            if sources.get(key) == str(path) and values[section][name] != value:
+                overridden[key] = values[section][name]  # shown by --print-config
+            values[section][name] = value
+            sources[key] = flag
+    try:
+        config = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS})
+    except ConfigError as err:
+        field = str(err).partition(":")[0].split("[")[0]
+        if path is not None and sources.get(field) == str(path):
+            raise ConfigError(f"{err} (set in {path})") from err
+        raise
+    return Resolved(config, set(sources), sources, overridden)
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[Config, set[str]]:
+    """The config the flags (and ``--config``) describe, and the ``section.field`` names given
+    explicitly."""
+    resolved = resolve_config(args)
+    return resolved.config, resolved.given
+
+
+def print_config(resolved: Resolved, command: str) -> int:
+    """``--print-config``: the resolved config as TOML with each value's source; no training."""
+    header = (
+        f"cvae {command}: the resolved config, each value followed by where it came from\n"
+        "(default, the --config file, a flag); --config reads this text back."
+    )
+    shown = dict(resolved.sources)
+    for key, value in resolved.overridden.items():  # a flag over the file: both
+        text = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+        shown[key] = f"{shown[key]}, over {text!r} in the file"
+    print(
+        configfile.to_toml(resolved.config.to_dict(), shown, unset=DECIDED_LATER, header=header),
+        end="",
+    )
+    return 0
+
+
+def _check_data_dir(resolved: Resolved) -> None:
+    """``--data-dir`` is read for mnist and fashion_mnist only: with another data set it is
+    refused, and for those two a directory that is not there is refused before JAX starts."""
+    data = resolved.config.data
+    if data.data_dir is None:
+        return
+    where = resolved.sources.get("data.data_dir", "--data-dir")
+    if not data.data_dir.strip():  # '' would be the working directory
+        raise field_error(ConfigError, "data.data_dir", "a directory", data.data_dir)
+    if data.name not in READS_DATA_DIR:
+        shown = "--data-dir" if where == "--data-dir" else f"{where}: data.data_dir"
+        raise ConfigError(
+            f"{shown}: expected no data directory with data.name {data.name} (only "
+            f"{' and '.join(READS_DATA_DIR)} read one), got {data.data_dir!r}"
+        )
+    if not Path(data.data_dir).expanduser().is_dir():
+        raise field_error(DataError, "data.data_dir", "an existing directory", data.data_dir)
+
+
+IMPL_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _check_impl_names(names: Sequence[str]) -> None:
+    """Each name is registered (``cvae impls``) or reads ``module:attribute``; checked from the
+    entry points without importing an implementation (or JAX). Whether it imports is checked
+    when it is loaded."""
+    from cvae_rosetta.spec import registry
+
+    registered = registry.registered()
+    for name in names:
+        if name in registered or IMPL_NAME.match(name):
+            continue
+        if ":" in name or not name:
+            raise field_error(ImplementationNotFound, "impl", "a name or 'module:attribute'", name)
+        listing = ", ".join(
+            f"{i.name} ({'installed' if i.installed else 'not installed'})"
+            for i in registry.known()
+        )
+        raise ImplementationNotFound(
+            f"impl: expected a known implementation or 'module:attribute', got {name!r}; "
+            f"known implementations: {listing}"
+        )
+
+
+@functools.cache
+def _constant(module: str, name: str) -> Any:
+    """A module's top-level ``NAME = literal``, read from its source without importing it (the
+    application's modules import JAX; the parser, built for every command, must not)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = getattr(node, "target", None) or next(iter(getattr(node, "targets", [])), None)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and getattr(target, "id", None) == name:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{module} has no literal {name}")
+
+
+# --- JAX: the platform and the compilation cache, set before JAX starts ---------------------------
+
+PLATFORMS = ("cpu", "gpu", "tpu")
+
+
+def _add_jax_flags(parser: argparse.ArgumentParser, *, cache_default: bool = True) -> None:
+    where = f"[{cache.default_folder()}]" if cache_default else "[none: bench measures compiling]"
+    group = parser.add_argument_group("JAX")
+    group.add_argument(
+        "--platform",
+        default=None,
+        metavar="{" + ",".join(PLATFORMS) + "}",
+        help="the platform JAX runs on (sets JAX_PLATFORMS) [JAX's choice]",
+    )
+    choice = group.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--compilation-cache",
+        default=None,
+        metavar="DIR",
+        help=f"JAX's persistent compilation cache: compiled programs are kept in DIR and read "
+        f"back by the next run that compiles them ('off': none; also "
+        f"${cache.ENV}=DIR or off) {where}",
+    )
+    choice.add_argument(
+        "--no-compilation-cache", action="store_true", help="no persistent compilation cache"
+    )
+
+
+def _start_jax(args: argparse.Namespace, *, cache_default: bool = True) -> None:
+    """The platform and the compilation cache, once every argument is checked and before the
+    command's first compilation (this imports JAX)."""
+    import os
+
+    platform = getattr(args, "platform", None)
+    choice = cache.choose(
+        getattr(args, "compilation_cache", None),
+        off=getattr(args, "no_compilation_cache", False),
+        default_on=cache_default,
+    )
+    if platform is not None:
+        os.environ["JAX_PLATFORMS"] = _jax_platform(platform)  # read when JAX starts
+        import jax
+
+        jax.config.update("jax_platforms", os.environ["JAX_PLATFORMS"])  # where it started
+        if platform != "cpu" and not getattr(args, "distributed", False):
+            _probe_platform(jax, platform)
+    _, warning = cache.use(choice)
+    if warning:
+        print(f"cvae: warning: {warning}", file=sys.stderr)
+
+
+def _jax_platform(platform: str) -> str:
+    """``JAX_PLATFORMS`` for ``--platform``: ``gpu`` is the GPU platform whose JAX plugin is
+    installed (``cuda``, else ``rocm``; JAX's own alias ``gpu`` asks for every one of them)."""
+    if platform != "gpu":
+        return platform
+    import importlib.util
+    import pkgutil
+    from importlib import metadata
+
+    names = {entry.name for entry in metadata.entry_points(group="jax_plugins")}
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is not None and spec.submodule_search_locations:
+        names |= {m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)}
+    cuda, rocm = (any(kind in name for name in names) for kind in ("cuda", "rocm"))
+    return "rocm" if rocm and not cuda else "cuda"
+
+
+def _probe_platform(jax: Any, platform: str) -> None:
+    """Start JAX's backend now, so that a platform it cannot use is refused before anything is
+    written (a CPU needs no probe; a run of several processes joins its cluster first)."""
+    try:
+        jax.devices()
+    except Exception as err:  # RuntimeError, or a bare AssertionError for CUDA without a GPU
+        text = " ".join(str(err).split()).split(" (set JAX_PLATFORMS=")[0]
+        raise field_error(
+            ConfigError,
+            "platform",
+            f"a platform JAX can use on this machine ({text or f'no {platform} device found'})",
+            platform,
+        ) from None
+
+
+def _check_jax_flags(args: argparse.Namespace) -> None:
+    platform = getattr(args, "platform", None)
+    if platform is not None and platform not in PLATFORMS:
+        raise field_error(ConfigError, "platform", f"one of {', '.join(PLATFORMS)}", platform)
+    cache.choose(getattr(args, "compilation_cache", None))  # refuses an empty DIR
+
+
+def _platform_unavailable(err: RuntimeError, args: argparse.Namespace) -> str | None:
+    """JAX's refusal of ``--platform`` (no such device or plugin here) as one line, else None."""
+    platform = getattr(args, "platform", None)
+    text = " ".join(str(err).split())
+    if platform is None or "backend" not in text.lower():
+        return None
+    text = text.split(" (set JAX_PLATFORMS=")[0]
+    return f"--platform: expected a platform JAX can use on this machine, got {platform!r} ({text})"
+
+
+# paths a flag must not leave empty ('' would mean the working directory)
+PATH_FLAGS = {
+    "out": ("--out", "a path"),
+    "run": ("--run", "a run directory"),
+    "resume": ("--resume", "a run directory"),
+    "config": ("--config", "a config file"),
+    "cfg_data_dir": ("--data-dir", "a directory"),
+}
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    for dest, (flag, expected) in PATH_FLAGS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            if dest == "out":
+                expected = getattr(args, "out_kind", "a directory")
+            raise ConfigError(f"{flag}: expected {expected}, got {value!r}")
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -196,23 +521,65 @@ def _options(args: argparse.Namespace) -> Any:
         latest_good=args.resume_latest_good,
         tensorboard=args.tensorboard,
         profile_steps=args.profile_steps,
+        **_run_length_options(args, Options),
     )
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import distributed, train
+# --max-steps, --log-every, --eval-every: Options fields, checked by Options.check
+RUN_LENGTH = ("max_steps", "log_every", "eval_every")
 
-    config, given = config_from_args(args)
-    options = _options(args)
+
+def _run_length_options(args: argparse.Namespace, options: type) -> dict[str, Any]:
+    """The given ones of ``--max-steps``, ``--log-every`` and ``--eval-every`` (``Options``'
+    defaults stand for the others); refused where this ``Options`` has no such field."""
+    fields = {f.name for f in dataclasses.fields(options)}
+    given = {name: getattr(args, name, None) for name in RUN_LENGTH}
+    given = {name: value for name, value in given.items() if value is not None}
+    for name in given:
+        if name not in fields:
+            raise ConfigError(f"{name}: expected an option this trainer has, got {given[name]!r}")
+    return given
+
+
+def _check_train(args: argparse.Namespace) -> Resolved:
+    """Every check of ``cvae train``'s arguments that needs no JAX: the config (file and flags),
+    the implementation's name, the data directory, the flags ``--resume`` takes."""
+    if args.resume is not None:
+        for flag, value in (("--config", args.config), ("--print-config", args.print_config)):
+            if value:
+                raise ConfigError(
+                    f"{flag}: expected none with --resume (the run keeps its own config.json), "
+                    f"got {value!r}"
+                )
+    resolved = resolve_config(args)
+    if args.print_config:
+        return resolved
     if args.resume is not None:
         _check_resume_flags(args)
+    elif args.resume_latest_good:
+        raise ConfigError("--resume-latest-good: expected only with --resume DIR, got no --resume")
+    if args.impl is not None:
+        _check_impl_names([args.impl])
+    if args.resume is None:
+        _check_data_dir(resolved)
+    return resolved
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    resolved = _check_train(args)
+    if args.print_config:
+        return print_config(resolved, "train")
+    _start_jax(args)
+    from cvae_rosetta.app import distributed, train
+
+    config, given = resolved.config, resolved.given
+    options = _options(args)
+    if args.resume is not None:
         changes = {name: value for name, value in _given_values(args, given)}
-        outcome = train.resume(args.resume, options, changes=changes)
+        cluster = _check_resume_flags(args)  # this process's place, if one of several
+        with distributed.lost_peers(cluster, args.resume):
+            outcome = train.resume(args.resume, options, changes=changes, join=cluster)
     else:
-        if args.resume_latest_good:
-            raise ConfigError(
-                "--resume-latest-good: expected only with --resume DIR, got no --resume"
-            )
         options = dataclasses.replace(options, impl=options.impl or "pure_jax")
         options.check(config)  # before the cluster is joined
         cluster = distributed.cluster_from(
@@ -224,11 +591,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             devices_given="train.devices" in given,
         )
         workdir = args.out or train.default_workdir(options.impl)
-        outcome = train.train_and_evaluate(config, workdir, options, given=given, cluster=cluster)
-        if cluster is not None and cluster.process_id != 0:
-            return train.exit_status(outcome)  # process 0 says what happened
+        with distributed.lost_peers(cluster, workdir):
+            outcome = train.train_and_evaluate(
+                config, workdir, options, given=given, cluster=cluster
+            )
+    if cluster is not None and cluster.process_id != 0:
+        return train.exit_status(outcome)  # process 0 says what happened
     if outcome.stopped:
-        print(f"cvae: {train.describe_stop(outcome, _resume_command)}", file=sys.stderr)
+        going_on = distributed.resume_command(cluster)
+        print(f"cvae: {train.describe_stop(outcome, going_on)}", file=sys.stderr)
         return train.exit_status(outcome)
     print(train.describe(outcome))
     return 0
@@ -239,10 +610,17 @@ def _resume_command(run_dir: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    resolved = resolve_config(args)
+    if args.print_config:
+        return print_config(resolved, "compare")
+    config, given = resolved.config, resolved.given
+    names = [n.strip() for n in args.impls.split(",") if n.strip()] if args.impls else None
+    if names:
+        _check_impl_names(names)
+    _check_data_dir(resolved)
+    _start_jax(args)
     from cvae_rosetta.app import compare, train
 
-    config, given = config_from_args(args)
-    names = [n.strip() for n in args.impls.split(",") if n.strip()] if args.impls else None
     rows, dataset, out = compare.compare(
         config,
         args.out or train.default_out("compare"),
@@ -268,10 +646,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import evaluate
-
     if args.run is None:
         raise ConfigError("--run: expected a run directory (of cvae train or compare), got none")
+    _start_jax(args)
+    from cvae_rosetta.app import evaluate
+
     for result in evaluate.evaluate_run(args.run, iw_samples=args.iw_samples):
         print(f"{result['impl']} ({result['directory']}):")
         print(evaluate.describe(result))
@@ -290,25 +669,76 @@ def cmd_launch(args: argparse.Namespace) -> int:
     )
 
 
-def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
-    from cvae_rosetta.app.evaluate import DEFAULT_IW_SAMPLES
+def _add_run_length_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("how long, and how often it reports")
+    group.add_argument(
+        "--max-steps",
+        type=_number(int),
+        default=None,
+        metavar="N",
+        help="end the run after N steps in all, as a finished run (config.json records it; "
+        "--resume keeps it, and --resume with a larger N goes on to N) [the run's epochs]",
+    )
+    group.add_argument(
+        "--log-every",
+        type=_number(int),
+        default=None,
+        metavar="N",
+        help="also a line every N steps: step, epoch, loss, steps/s (0: none) [0]",
+    )
+    group.add_argument(
+        "--eval-every",
+        type=_number(int),
+        default=None,
+        metavar="N",
+        help="evaluate on the test split every N epochs (and after the last) [1]",
+    )
 
+
+def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
+    default = _constant("cvae_rosetta.app.evaluate", "DEFAULT_IW_SAMPLES")
     parser.add_argument(
         "--iw-samples",
         type=_number(int),
-        default=DEFAULT_IW_SAMPLES,
+        default=default,
         metavar="K",
-        help=f"posterior samples per test example of the importance-weighted bound "
-        f"[{DEFAULT_IW_SAMPLES}]",
+        help=f"posterior samples per test example of the importance-weighted bound [{default}]",
     )
 
 
 # --- the parser -----------------------------------------------------------------------------------
 
 
+class _Version(argparse.Action):
+    """``cvae --version``: this package's version and the installed JAX's, read from their
+    metadata (neither imported)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib import metadata
+
+        import cvae_rosetta
+
+        def version(distribution: str) -> str | None:
+            try:
+                return metadata.version(distribution)
+            except metadata.PackageNotFoundError:
+                return None
+
+        ours = version("cvae-rosetta") or cvae_rosetta.__version__
+        jax = version("jax")
+        print(f"cvae-rosetta {ours}" + (f" (jax {jax})" if jax else " (jax not installed)"))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cvae", description="One conditional VAE in several JAX frameworks, side by side."
+    )
+    parser.add_argument(
+        "--version", action=_Version, help="print the version of cvae-rosetta and JAX, and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -336,13 +766,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--out",
             default=None,
+            metavar="DIR",
             help=f"output directory [runs/{name if name == 'compare' else 'IMPL'}-TIME]",
         )
         p.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         _add_iw_samples(p)
         _add_config_flags(p)
+        _add_jax_flags(p)
         if name == "train":
+            _add_run_length_flags(p)
             p.add_argument(
                 "--debug-nans",
                 action="store_true",
@@ -373,6 +806,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--run", default=None, help="a run directory of cvae train (or cvae compare: every impl)"
     )
     _add_iw_samples(p)
+    _add_jax_flags(p)
     p.set_defaults(func=cmd_evaluate)
 
     text = "start a --distributed cvae train as several local processes on loopback"
@@ -398,25 +832,44 @@ def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--distributed", action="store_true", help="join a multi-process run as one process"
     )
-    group.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="process 0's")
-    group.add_argument("--num-processes", type=_number(int), default=None, metavar="P")
-    group.add_argument("--process-id", type=_number(int), default=None, metavar="I")
+    group.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address of the coordinator service that process 0 hosts, the same for every "
+        "process",
+    )
+    group.add_argument(
+        "--num-processes",
+        type=_number(int),
+        default=None,
+        metavar="P",
+        help="how many processes the run has (with --resume: as many as it was written by)",
+    )
+    group.add_argument(
+        "--process-id",
+        type=_number(int),
+        default=None,
+        metavar="I",
+        help="this process's number, 0 to P-1 (process 0 writes the run directory)",
+    )
 
 
 # --- checkpoints, resuming, trained models (convert, sample, reconstruct, export) -----------------
 
 
 def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    from cvae_rosetta.app.checkpoint import DEFAULT_EVERY, DEFAULT_KEEP
+    every = _constant("cvae_rosetta.app.checkpoint", "DEFAULT_EVERY")
+    keep = _constant("cvae_rosetta.app.checkpoint", "DEFAULT_KEEP")
 
     group = parser.add_argument_group("checkpoints and resuming (docs/checkpoints.md)")
     group.add_argument(
         "--checkpoint-every",
         type=_number(int),
-        default=DEFAULT_EVERY,
+        default=every,
         metavar="K",
         help=f"write a checkpoint every K steps, and always at the end (0: only at the end) "
-        f"[{DEFAULT_EVERY}]",
+        f"[{every}]",
     )
     group.add_argument(
         "--checkpoint-every-seconds",
@@ -429,9 +882,9 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--keep-checkpoints",
         type=_number(int),
-        default=DEFAULT_KEEP,
+        default=keep,
         metavar="N",
-        help=f"keep the latest N checkpoints [{DEFAULT_KEEP}]",
+        help=f"keep the latest N checkpoints [{keep}]",
     )
     group.add_argument(
         "--resume",
@@ -448,16 +901,24 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_resume_flags(args: argparse.Namespace) -> None:
-    """``--resume DIR`` goes on in DIR: no ``--out``, no ``--overwrite``, one process."""
+def _check_resume_flags(args: argparse.Namespace) -> Any:
+    """``--resume DIR`` goes on in DIR: no ``--out``, no ``--overwrite``; with ``--distributed``,
+    this process's place among the processes that go on with it (checked against the run later,
+    by ``train.resume``), else ``None``."""
+    from cvae_rosetta.app import distributed
+
     for flag, value in (("--out", args.out), ("--overwrite", args.overwrite or None)):
         if value is not None:
             raise ConfigError(
                 f"{flag}: expected none with --resume (the run goes on in {args.resume}), got "
                 f"{value!r}"
             )
-    if getattr(args, "distributed", False):
-        raise ConfigError("--resume: expected a run of one process, got --distributed")
+    return distributed.place_from(
+        distributed=args.distributed,
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+    )
 
 
 def _given_values(args: argparse.Namespace, given: set[str]):
@@ -470,6 +931,7 @@ def _given_values(args: argparse.Namespace, given: set[str]):
 def _add_out_file(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--out", default=None, metavar="FILE", help=text)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.set_defaults(out_kind="a file")
 
 
 def _add_run(parser: argparse.ArgumentParser, *, impl: bool = True) -> None:
@@ -483,13 +945,17 @@ def _add_run(parser: argparse.ArgumentParser, *, impl: bool = True) -> None:
 def _need_run(args: argparse.Namespace) -> str:
     if args.run is None:
         raise ConfigError("--run: expected a run directory of cvae train, got none")
+    if getattr(args, "impl", None) is not None:
+        _check_impl_names([args.impl])
     return args.run
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    run = _need_run(args)
+    _start_jax(args)
     from cvae_rosetta.app import convert
 
-    out, meta = convert.convert(_need_run(args), args.out, step=args.step, overwrite=args.overwrite)
+    out, meta = convert.convert(run, args.out, step=args.step, overwrite=args.overwrite)
     what = (
         "parameters only (the run has no checkpoints)"
         if meta.get("params_only")
@@ -500,10 +966,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    run = _need_run(args)
+    _start_jax(args)
     from cvae_rosetta.app import inference
 
     out, trained, count = inference.sample_run(
-        _need_run(args),
+        run,
         args.out,
         args.label,
         count=args.n,
@@ -516,20 +984,24 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_reconstruct(args: argparse.Namespace) -> int:
+    run = _need_run(args)
+    _start_jax(args)
     from cvae_rosetta.app import inference
 
     out, trained, count = inference.reconstruct_run(
-        _need_run(args), args.out, count=args.n, impl=args.impl, overwrite=args.overwrite
+        run, args.out, count=args.n, impl=args.impl, overwrite=args.overwrite
     )
     print(f"wrote {out}: {count} test examples and their reconstructions from {trained.source}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    run = _need_run(args)
+    _start_jax(args)
     from cvae_rosetta.app import export
 
     out, manifest = export.export_run(
-        _need_run(args),
+        run,
         args.out,
         platforms=args.platforms,
         impl=args.impl,
@@ -552,6 +1024,7 @@ def _add_model_commands(sub: Any) -> None:
     p.add_argument(
         "--step", type=_number(int), default=None, help="which checkpoint [the newest intact one]"
     )
+    _add_jax_flags(p)
     p.set_defaults(func=cmd_convert)
 
     text = "generate images of given labels from a trained run"
@@ -563,6 +1036,7 @@ def _add_model_commands(sub: Any) -> None:
         "--seed", type=_number(int), default=None, help="seed of the noise [the run's sample key]"
     )
     _add_out_file(p, "a .png grid, or .npz with images, labels and image_shape")
+    _add_jax_flags(p)
     p.set_defaults(func=cmd_sample)
 
     text = "reconstruct test examples of a trained run's data set"
@@ -570,6 +1044,7 @@ def _add_model_commands(sub: Any) -> None:
     _add_run(p)
     p.add_argument("--n", type=_number(int), default=16, help="test examples [16]")
     _add_out_file(p, "a .png grid, or .npz with x, labels, reconstructions and image_shape")
+    _add_jax_flags(p)
     p.set_defaults(func=cmd_reconstruct)
 
     text = "export a trained run's generator, encoder and decoder with jax.export (StableHLO)"
@@ -580,6 +1055,7 @@ def _add_model_commands(sub: Any) -> None:
     p.add_argument(
         "--platforms", default=None, help="comma-separated: cpu, cuda, rocm, tpu [this machine's]"
     )
+    _add_jax_flags(p)
     p.set_defaults(func=cmd_export)
 
 
@@ -626,6 +1102,7 @@ def _add_bench_command(sub: Any) -> None:
         ),
     ):
         p.add_argument(f"--{name}", default=None, metavar=metavar, help=text)
+    _add_jax_flags(p, cache_default=False)
     p.set_defaults(func=cmd_bench)
 
 
@@ -634,12 +1111,14 @@ def _joined(values: Sequence[Any]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app.train import default_out
     from cvae_rosetta.bench import harness as bench
 
     settings = bench.settings_from_flags(
         quick=args.quick, **{name: getattr(args, name) for name in bench.SETTING_FLAGS}
     )
+    _start_jax(args, cache_default=False)  # compilation is what it measures
+    from cvae_rosetta.app.train import default_out
+
     out, result, written = bench.benchmark(
         settings,
         args.out or default_out("bench"),
@@ -662,9 +1141,16 @@ WRITE_FAILED = 74
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_paths(args)
+        _check_jax_flags(args)
         return args.func(args)
     except CvaeError as err:
         print(f"cvae: error: {in_flags(str(err))}", file=sys.stderr)
+        return REFUSED
+    except RuntimeError as err:  # JAX refusing --platform when it starts (no such device here)
+        if (line := _platform_unavailable(err, args)) is None:
+            raise
+        print(f"cvae: error: {line}", file=sys.stderr)
         return REFUSED
     except files.WriteFailed as err:
         from cvae_rosetta.app.train import describe_write_failure

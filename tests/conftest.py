@@ -25,6 +25,17 @@ from cvae_rosetta.conformance.plugin import PROFILES, profile_settings
 for _name in PROFILES:
     settings.register_profile(_name, **profile_settings(_name))
 
+# The cvae commands the tests run (here and in subprocesses) never write into the user's own
+# compilation cache (~/.cache/cvae-rosetta/jax): none, unless the environment names one
+# (a folder in $CVAE_COMPILATION_CACHE, or JAX's own $JAX_COMPILATION_CACHE_DIR, as tox's faults
+# environment sets).
+if os.environ.get("CVAE_COMPILATION_CACHE", "").strip().lower() in ("", "auto") and not (
+    os.environ.get("JAX_COMPILATION_CACHE_DIR")
+):
+    os.environ["CVAE_COMPILATION_CACHE"] = "off"
+# Nor into its data cache (the bundled digits' split, ~/.cache/cvae-rosetta/data).
+os.environ.setdefault("CVAE_DATA_CACHE", "off")
+
 
 def pytest_configure(config) -> None:
     if config.getoption("hypothesis_profile", None) is None:  # hypothesis's own option wins

@@ -311,7 +311,7 @@ def test_sigint_stops_after_a_checkpoint_and_resumes_exactly(reference, tmp_path
     wait_for(process, lambda: tmp_of(out / "checkpoints", 6), "the save of step 6")
     status, stderr = kill(process, signal.SIGINT)
     assert status == 130, stderr
-    assert "stopped by SIGINT at step 6 (epoch 1, batch 6)" in stderr, stderr
+    assert "stopped by SIGINT at step 6 (6 batches into epoch 1)" in stderr, stderr
     assert f"--resume {out}" in stderr
     assert "Traceback" not in stderr
     assert committed(out) == [3, 6]

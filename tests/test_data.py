@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from pathlib import Path
 
@@ -484,3 +485,48 @@ def test_eval_batches_in_order(split):
     assert len(data.eval_batches(split, 100)) == 1
     with pytest.raises(ConfigError, match="data.batch_size"):
         data.eval_batches(split, 0)
+
+
+def test_the_digits_split_is_kept_and_read_back_without_scikit_learn(tmp_path):
+    """The digits read from scikit-learn's file and split once by scikit-learn equal what
+    scikit-learn itself returns; a second process reads the split from the data cache and never
+    imports scikit-learn; a damaged cache file is passed over and written again."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = sk_load_digits(return_X_y=True)
+    x = (np.asarray(x, dtype=np.float64) / 16.0).astype(np.float32)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
+    script = (
+        "import sys, numpy as np\n"
+        "from cvae_rosetta.app import data\n"
+        "ds = data.load_digits()\n"
+        "np.savez(sys.argv[1], xtr=ds.train.x, xte=ds.test.x, ytr=ds.train.c, yte=ds.test.c)\n"
+        "print('sklearn' in sys.modules)\n"
+    )
+    env = {**os.environ, "CVAE_DATA_CACHE": str(tmp_path / "cache")}
+
+    def load(name: str):
+        out = tmp_path / f"{name}.npz"
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        with np.load(out) as got:
+            for key, want in (("xtr", x_tr), ("xte", x_te), ("ytr", y_tr), ("yte", y_te)):
+                np.testing.assert_array_equal(got[key], want)
+        return run.stdout.strip() == "True"
+
+    assert load("first")  # scikit-learn computed the split
+    [kept] = (tmp_path / "cache").glob("digits-split-scikit-learn-*.npz")
+    assert not load("second")  # read back: scikit-learn never imported
+    kept.write_bytes(b"not an npz")
+    assert load("damaged")  # computed again
+    assert not load("rewritten")

@@ -167,7 +167,7 @@ def test_sigterm_while_starting_and_while_resuming_stops_cleanly(references, tmp
     status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
     assert status == 143, stderr
     assert stopped_line(stderr) == (
-        f"cvae: pure_jax stopped by SIGTERM at step 0 (epoch 1, batch 0), checkpoint written; go "
+        f"cvae: pure_jax stopped by SIGTERM at step 0 (before epoch 1), checkpoint written; go "
         f"on with: cvae train --resume {out}"
     )
     assert committed(out) == [0] and "Traceback" not in stderr
@@ -175,7 +175,7 @@ def test_sigterm_while_starting_and_while_resuming_stops_cleanly(references, tmp
     driver = injected("cvae_rosetta.app.resuming:Resume.load", TERM_SELF)
     status, stderr = finish(start(["train", "--resume", str(out)], tmp_path, driver=driver))
     assert status == 143, stderr
-    assert "stopped by SIGTERM at step 0 (epoch 1, batch 0)" in stopped_line(stderr)
+    assert "stopped by SIGTERM at step 0 (before epoch 1)" in stopped_line(stderr)
     assert go_on(out) == 0
     assert_same_run(out, references("pure_jax"))
 
@@ -187,7 +187,7 @@ def test_sigterm_while_training_stops_at_a_checkpoint_with_status_143(references
     driver = injected("cvae_rosetta.app.checkpoint:Saver.__call__", TERM_SELF, times=2)
     status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
     assert status == 143, stderr
-    assert "pure_jax stopped by SIGTERM at step 6 (epoch 1, batch 6)" in stopped_line(stderr)
+    assert "pure_jax stopped by SIGTERM at step 6 (6 batches into epoch 1)" in stopped_line(stderr)
     assert committed(out) == [3, 6] and lost_steps(out) == 0
     assert go_on(out) == 0
     assert_same_run(out, references("pure_jax"))

@@ -146,7 +146,7 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
         f"resume: expected a run directory no other process is writing, got {tmp_path}, held by "
         f"pid {os.getpid()} on {socket.gethostname()} since {record['since']} (train)"
     )
-    assert (tmp_path / rundir.LOCK_FILE).read_text() == ""  # released: the record is gone
+    assert not (tmp_path / rundir.LOCK_FILE).exists()  # released: the file is gone
     rundir.RunLock.acquire(tmp_path, command="evaluate", field="run_dir").release()
 
 

@@ -276,7 +276,7 @@ def test_the_final_lines_say_what_each_number_is(tmp_path, capsys):
     assert "test loss " in lines[2] and "(mean over the test split; recon " in lines[2]
     assert lines[3] == (
         "  bounds on the test split's negative log-likelihood (Bernoulli, in nats; final "
-        "parameters; beta 1; 1 posterior samples per example): -elbo = recon + kl averaged over "
+        "parameters; beta 1; 1 posterior sample per example): -elbo = recon + kl averaged over "
         "the samples; -iwae = the importance-weighted bound, tighter"
     )
     assert lines[4].startswith("  test -elbo ") and "-iwae(k=1) " in lines[4]

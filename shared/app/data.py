@@ -19,8 +19,11 @@ batches with one jitted gather; :func:`eval_batches` cuts a split in order for e
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
+import importlib.metadata
+import importlib.util
 import math
 import os
 import struct
@@ -141,18 +144,26 @@ def load(data: DataConfig) -> Dataset:
     )
 
 
+# Where the digits' split is kept between runs: a folder, or "off" (default: beside the
+# compilation cache, $XDG_CACHE_HOME/cvae-rosetta/data or ~/.cache/cvae-rosetta/data).
+DATA_CACHE_ENV = "CVAE_DATA_CACHE"
+DIGITS_FILE = ("datasets", "data", "digits.csv.gz")  # in scikit-learn's package folder
+
+
 def load_digits() -> Dataset:
     """scikit-learn's bundled digits: 1797 8x8 images scaled from 0..16 to [0, 1].
 
-    The split is fixed: stratified by class, 20% test, ``random_state=0``.
+    The split is fixed: stratified by class, 20% test, ``random_state=0``
+    (``sklearn.model_selection.train_test_split``). Importing scikit-learn takes about a second, so
+    the images are read from its data file directly and the split's indices are kept in
+    :data:`DATA_CACHE_ENV`'s folder, one file per scikit-learn version: a later run reads them
+    instead of importing scikit-learn.
     """
-    from sklearn.datasets import load_digits as sk_load_digits
-    from sklearn.model_selection import train_test_split
-
-    x, y = sk_load_digits(return_X_y=True)
+    x, y = _digits_arrays()
     x = (np.asarray(x, dtype=np.float64) / 16.0).astype(np.float32)
     y = np.asarray(y).astype(np.int32)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
+    train, test = _digits_split(y)
+    x_tr, x_te, y_tr, y_te = x[train], x[test], y[train], y[test]
     ds = Dataset(
         name="digits",
         train=Split(np.ascontiguousarray(x_tr), np.ascontiguousarray(y_tr)),
@@ -162,6 +173,63 @@ def load_digits() -> Dataset:
     )
     check_dataset(ds)
     return ds
+
+
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The digits' images and labels as ``sklearn.datasets.load_digits`` reads them (a CSV whose
+    last column is the label), from scikit-learn's own file, without importing scikit-learn."""
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        path = Path(folder).joinpath(*DIGITS_FILE)
+        if path.is_file():
+            data = np.loadtxt(path, delimiter=",")
+            return data[:, :-1], data[:, -1].astype(int)
+    from sklearn.datasets import load_digits as sk_load_digits  # laid out otherwise
+
+    return sk_load_digits(return_X_y=True)
+
+
+def data_cache_folder(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path | None:
+    """The folder of :data:`DATA_CACHE_ENV` (None: ``off``)."""
+    given = environ.get(DATA_CACHE_ENV, "").strip()
+    if given.lower() == "off":
+        return None
+    if given:
+        return Path(given).expanduser()
+    base = environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
+    return root / "cvae-rosetta" / "data"
+
+
+def _digits_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The train and test indices of the digits' split, read from the data cache when it holds
+    them for this scikit-learn version, else computed by scikit-learn and kept there (a cache
+    that cannot be read or written is passed over)."""
+    folder = data_cache_folder()
+    try:
+        version = importlib.metadata.version("scikit-learn")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    path = folder / f"digits-split-scikit-learn-{version}.npz" if folder and version else None
+    if path is not None and path.is_file():
+        try:
+            with np.load(path) as kept:
+                train, test = kept["train"], kept["test"]
+            both = np.sort(np.concatenate([train, test]))
+            if len(test) == math.ceil(0.2 * len(y)) and np.array_equal(both, np.arange(len(y))):
+                return train, test
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+            pass  # damaged or not ours: computed again below
+    from sklearn.model_selection import train_test_split
+
+    train, test = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=0)
+    if path is not None:
+        from cvae_rosetta import files
+
+        with contextlib.suppress(OSError):  # no cache: the next run computes the split again
+            files.atomic_write(path, lambda f: np.savez(f, train=train, test=test), parents=True)
+    return train, test
 
 
 def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> Dataset:

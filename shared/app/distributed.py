@@ -8,27 +8,43 @@ single-process ``sharded`` or ``shard_map`` step over a bigger mesh. Only proces
 On CPU, collectives go through gloo, and each process arranges ``devices / P`` host devices.
 
 :func:`launch` (``cvae launch --num-processes P -- train ...``) starts ``P`` such processes on
-loopback, forwards their output, and stops them all as soon as one fails, on a timeout, or on
-Ctrl-C. On a real cluster, run the same ``cvae train ... --distributed`` line on every host with
-its own ``--process-id`` and the coordinator's address.
+loopback, forwards their output (each line prefixed ``[i]``, gloo's connection chatter dropped), and
+stops them all as soon as one fails, on a timeout, or on Ctrl-C; a SIGTERM it receives it passes
+on. On a real cluster, run the same ``cvae train ... --distributed`` line on every host with its
+own ``--process-id`` and the coordinator's address.
 
 SIGTERM or SIGINT may reach only some processes: they agree every few steps on whether to stop
 (:meth:`Cluster.agree`), so all stop after the same step and process 0 writes the checkpoint. When
 one process stops that way (exit status 130 or 143), the launcher waits for the others to stop too
 instead of terminating them.
+
+A run of several processes resumes as itself: ``cvae launch --num-processes P -- train --resume
+RUN`` (or ``--resume RUN`` on every host's line) joins the same number of processes
+(:meth:`Place.resuming`; ``config.json`` records it), each reading the checkpoint process 0 wrote.
+
+A process that dies (SIGKILL, a crashed host) breaks the next collective of the others:
+:func:`lost_peers` turns that ``jax.errors.JaxRuntimeError`` into one line naming the lost process,
+the last checkpoint and the command that goes on from it, and ends the process at once (the
+shutdown ``jax.distributed`` runs at exit would wait for the lost process, then abort with a stack
+trace). The launcher gives the others :data:`LOST_GRACE` seconds to say so and end, and says in
+one line which process it lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
@@ -39,6 +55,71 @@ DISTRIBUTED_MECHANISMS = ("sharded", "shard_map")
 # a process stopped by a signal after its checkpoint (128 + SIGINT, 128 + SIGTERM); the others stop
 # after the same step, so the launcher waits for them
 STOPPED_STATUSES = {128 + signal.SIGINT, 128 + signal.SIGTERM}
+PROCESSES_KEY = "processes"  # in config.json: the processes a run of several goes on as
+LAUNCHED_ENV = "CVAE_LAUNCHED"  # set by cvae launch in every process it starts
+LOST_STATUS = 2  # the exit status of a process whose run lost another process
+LOST_GRACE = 30.0  # seconds the launcher gives the others, once one is lost, to say so and end
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """This process's place in a run of several processes, checked before JAX starts: process
+    ``process_id`` of ``num_processes``, process 0 hosting the coordinator at ``coordinator``
+    (``HOST:PORT``). :meth:`cluster` makes it a :class:`Cluster` of a new run, :meth:`resuming`
+    one of a run it goes on with."""
+
+    coordinator: str
+    num_processes: int
+    process_id: int
+
+    @classmethod
+    def of(cls, coordinator: Any, num_processes: Any, process_id: Any) -> Place:
+        host, _, port = str(coordinator or "").rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"coordinator: expected HOST:PORT (for example 127.0.0.1:1234), got {coordinator!r}"
+            )
+        if not _is_int(num_processes) or num_processes < 1:
+            raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
+        if not _is_int(process_id) or not 0 <= process_id < num_processes:
+            raise ConfigError(
+                f"process_id: expected an integer in [0, {num_processes}), got {process_id!r}"
+            )
+        return cls(str(coordinator), num_processes, process_id)
+
+    def cluster(self, config: Config, *, devices_given: bool) -> Cluster:
+        """The cluster of a run of ``config``; ``devices_given``: ``train.devices`` was set on
+        purpose (otherwise each process brings one device)."""
+        if config.train.data_parallel not in DISTRIBUTED_MECHANISMS:
+            raise ConfigError(
+                f"train.data_parallel: expected one of {', '.join(DISTRIBUTED_MECHANISMS)} with "
+                f"a distributed run, got {config.train.data_parallel!r}"
+            )
+        if not devices_given:
+            config = config.replace(train=config.train.replace(devices=self.num_processes))
+        cluster = Cluster(self.coordinator, self.num_processes, self.process_id, config)
+        cluster.check()
+        return cluster
+
+    def resuming(self, run: Mapping[str, Any], config: Config, directory: Any) -> Cluster:
+        """The cluster that goes on with the run in ``directory`` (``run``: its ``config.json``;
+        ``config``: its config, with the changes the resume makes): as many processes as the run
+        was written by, on the devices its config names."""
+        processes = processes_of(run)
+        if processes != self.num_processes:
+            raise ConfigError(
+                f"num_processes: expected {processes}, the processes of the run in {directory} "
+                f"(a run goes on as the same number of processes, or in one without "
+                f"distributed=True), got {self.num_processes}"
+            )
+        return self.cluster(config, devices_given=True)
+
+
+def processes_of(run: Mapping[str, Any]) -> int:
+    """The processes a run directory's ``config.json`` (``run``) was last written by (1 if it
+    does not say)."""
+    count = run.get(PROCESSES_KEY, 1)
+    return count if _is_int(count) and count >= 1 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,27 +135,8 @@ class Cluster:
     def create(
         cls, coordinator, num_processes, process_id, config: Config, *, devices_given: bool
     ) -> Cluster:
-        host, _, port = str(coordinator or "").rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"coordinator: expected HOST:PORT (for example 127.0.0.1:1234), got {coordinator!r}"
-            )
-        if not isinstance(num_processes, int) or num_processes < 1:
-            raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
-        if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-            raise ConfigError(
-                f"process_id: expected an integer in [0, {num_processes}), got {process_id!r}"
-            )
-        if config.train.data_parallel not in DISTRIBUTED_MECHANISMS:
-            raise ConfigError(
-                f"train.data_parallel: expected one of {', '.join(DISTRIBUTED_MECHANISMS)} with "
-                f"a distributed run, got {config.train.data_parallel!r}"
-            )
-        if not devices_given:
-            config = config.replace(train=config.train.replace(devices=num_processes))
-        cluster = cls(str(coordinator), num_processes, process_id, config)
-        cluster.check()
-        return cluster
+        place = Place.of(coordinator, num_processes, process_id)
+        return place.cluster(config, devices_given=devices_given)
 
     def check(self) -> None:
         """Refuse, before JAX starts, what cannot run across these processes."""
@@ -116,6 +178,28 @@ class Cluster:
         return tuple(int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0))
 
 
+def place_from(
+    *,
+    distributed: bool,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> Place | None:
+    """This process's place in a run of several processes (``None`` for a run of one), checked
+    before JAX starts: ``coordinator``, ``num_processes`` and ``process_id`` are given with
+    ``distributed`` and only with it."""
+    if distributed:
+        return Place.of(coordinator, num_processes, process_id)
+    for name, value in (
+        ("coordinator", coordinator),
+        ("num_processes", num_processes),
+        ("process_id", process_id),
+    ):
+        if value is not None:
+            raise ConfigError(f"{name}: expected only with distributed=True, got {value!r}")
+    return None
+
+
 def cluster_from(
     config: Config,
     *,
@@ -125,22 +209,126 @@ def cluster_from(
     process_id: int | None = None,
     devices_given: bool = False,
 ) -> Cluster | None:
-    """This process's place in a run of several processes (``None`` for a run of one), checked
-    before JAX starts: ``coordinator``, ``num_processes`` and ``process_id`` are given with
-    ``distributed`` and only with it. ``devices_given``: ``train.devices`` was set on purpose
-    (otherwise each process brings one device)."""
-    if distributed:
-        return Cluster.create(
-            coordinator, num_processes, process_id, config, devices_given=devices_given
+    """This process's place in a new run of several processes (``None`` for a run of one),
+    checked before JAX starts (:func:`place_from`). ``devices_given``: ``train.devices`` was set
+    on purpose (otherwise each process brings one device)."""
+    place = place_from(
+        distributed=distributed,
+        coordinator=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+    )
+    return None if place is None else place.cluster(config, devices_given=devices_given)
+
+
+# --- going on: the resume command, a lost process -------------------------------------------------
+
+
+def resume_command(place: Place | Cluster | None) -> Callable[[Any], str]:
+    """``run_dir -> the command that goes on with it``: ``cvae train --resume RUN`` for a run of
+    one process; ``cvae launch --num-processes P -- train --resume RUN`` for one of several started
+    by ``cvae launch``, and otherwise the ``--distributed`` line every host runs."""
+
+    def command(run_dir: Any) -> str:
+        if place is None:
+            return f"cvae train --resume {run_dir}"
+        if os.environ.get(LAUNCHED_ENV):
+            return f"cvae launch --num-processes {place.num_processes} -- train --resume {run_dir}"
+        return (
+            f"cvae train --resume {run_dir} --distributed --coordinator {place.coordinator} "
+            f"--num-processes {place.num_processes} --process-id I (on every host, each its own I)"
         )
-    for name, value in (
-        ("coordinator", coordinator),
-        ("num_processes", num_processes),
-        ("process_id", process_id),
-    ):
-        if value is not None:
-            raise ConfigError(f"{name}: expected only with distributed=True, got {value!r}")
-    return None
+
+    return command
+
+
+# what a collective that lost a process raises says (gloo's, the coordination service's)
+_LOST = re.compile(
+    r"gloo|connection|peer|heartbeat|unavailable|coordinat|barrier|collective|socket", re.I
+)
+# the runtime's errors start with their status; some reach Python as another type (the all-gather
+# of Cluster.agree raises ValueError("UNKNOWN: Gloo AllGather failed: ... Connection closed by
+# peer ..."))
+_STATUS = re.compile(r"^(?:UNKNOWN|UNAVAILABLE|INTERNAL|ABORTED|CANCELLED|DEADLINE_EXCEEDED): ")
+
+
+def is_lost_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a collective that failed because a process of the run is gone: a
+    ``jax.errors.JaxRuntimeError`` (or another error with the runtime's status) that says so
+    (gloo: ``Gloo all-reduce failed: ... Connection reset by peer``)."""
+    import jax
+
+    text = str(error)
+    runtime = isinstance(error, jax.errors.JaxRuntimeError) or bool(_STATUS.match(text))
+    return runtime and bool(_LOST.search(text))
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of the runtime's error, without its status code and source locations."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    text = re.sub(r"^[A-Z_]+: ", "", text)
+    text = re.sub(r"\[[\w./-]+\.(?:cc|h|cpp):\d+\] ", "", text)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def latest_checkpoint(run_dir: Path) -> int | None:
+    """The step of the newest committed checkpoint of ``run_dir`` (a directory named by its step;
+    one being written has a longer name), ``None`` if none."""
+    from cvae_rosetta.app.checkpoint import checkpoints_of
+
+    where = checkpoints_of(run_dir)
+    steps = [int(p.name) for p in where.iterdir() if p.name.isdigit()] if where.is_dir() else []
+    return max(steps, default=None)
+
+
+def lost_message(place: Place | Cluster, error: BaseException, run_dir: Any) -> str:
+    """The line a process says when its run lost another process: which one (the other one of
+    two; of more, the launcher names it), why, the last checkpoint and how to go on."""
+    others = place.num_processes - 1
+    if others == 1:
+        who = f"process {1 - place.process_id} of 2"
+    else:
+        who = f"one of the other {others} processes of {place.num_processes}"
+    line = f"lost {who} ({_reason(error)})"
+    step = latest_checkpoint(Path(run_dir))
+    if step is None:
+        return (
+            f"{line}; the run stopped before its first checkpoint: start it again (with "
+            "--overwrite)"
+        )
+    from cvae_rosetta.app.checkpoint import checkpoints_of
+
+    where = checkpoints_of(Path(run_dir))
+    return (
+        f"{line}; the last checkpoint, step {step}, is in {where}; go on with: "
+        f"{resume_command(place)(run_dir)}"
+    )
+
+
+def _end_now(status: int) -> None:
+    """End the process at once: its output flushed, and neither ``jax.distributed``'s shutdown
+    (which waits for every process, the lost one too, then aborts) nor any thread heard from."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+@contextlib.contextmanager
+def lost_peers(place: Place | Cluster | None, run_dir: Any) -> Iterator[None]:
+    """Around the training of a run of several processes (nothing for one of one process): a
+    collective that fails because a process is gone (:func:`is_lost_peer`) prints one line on
+    stderr (:func:`lost_message`) and ends this process with :data:`LOST_STATUS` at once, once
+    the block's own clean-up (its ``finally`` and ``with`` exits) has run."""
+    if place is None:
+        yield
+        return
+    try:
+        yield
+    except Exception as err:
+        if not is_lost_peer(err):
+            raise
+        print(f"cvae: error: {lost_message(place, err, run_dir)}", file=sys.stderr)
+        _end_now(LOST_STATUS)
 
 
 # --- the launcher ---------------------------------------------------------------------------------
@@ -169,10 +357,48 @@ class _Refusals:
         return not seen
 
 
-def _forward(stream, prefix: str, sink, refusals: _Refusals) -> None:
+# gloo's lines as each process joins its collectives ("[Gloo] Rank 1 is connected to 3 peer ranks.
+# Expected number of connected peer ranks is : 3"), written in pieces from several threads, so that
+# pieces of several lines may share one line, or one line hold them and other text
+_GLOO = re.compile(
+    r"\[Gloo\] Rank \d*| is connected to \d*| peer ranks\. "
+    r"|Expected number of connected peer ranks is : \d*"
+)
+
+
+def without_chatter(line: str) -> str | None:
+    """``line`` without gloo's connection messages: ``None`` where nothing else was on it (the
+    numbers of interleaved pieces may be left side by side: digits alone go too)."""
+    if not _GLOO.search(line):
+        return line
+    rest = _GLOO.sub("", line)
+    if not rest.strip("0123456789 \n"):
+        return None
+    return rest
+
+
+# a line of the runtime's own log (absl's prefix: level, date, time, thread, file:line)
+_RUNTIME_LOG = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.-]+:\d+\] ")
+NOTICE_SECONDS = 0.5  # how long a process killed may take to be seen dead once others notice
+
+
+def _forward(stream, prefix: str, sink, refusals: _Refusals, lost: Callable[[], bool]) -> None:
+    """A process's lines, prefixed. Once a process of the run was killed (``lost()``), only the
+    others' own lines (``cvae: ...``) are shown: what the runtime prints as it notices (the
+    coordination service's errors and fatal message, several lines each) the process's one line
+    says already (:func:`lost_peers`); a process that dies no longer prints. A process notices
+    as the killed one's sockets close, a moment before that one can be seen dead, so a line of
+    the runtime's log waits up to :data:`NOTICE_SECONDS` for that."""
     for line in iter(stream.readline, ""):
-        if refusals.first(line):
-            sink.write(prefix + line)
+        shown = without_chatter(line)
+        if shown is not None and _RUNTIME_LOG.match(shown):
+            deadline = time.monotonic() + NOTICE_SECONDS
+            while not lost() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if shown is None or (lost() and not shown.startswith("cvae")):
+            continue
+        if refusals.first(shown):
+            sink.write(prefix + shown)
             sink.flush()
     stream.close()
 
@@ -192,11 +418,17 @@ def launch(
     port: int | None = None,
     timeout: float | None = None,
     grace: float = 10.0,
+    lost_grace: float = LOST_GRACE,
 ) -> int:
     """Run ``cvae COMMAND --distributed ...`` as ``num_processes`` local processes on loopback.
 
-    Returns 0 when every process succeeds, else the first failing exit status (124 on timeout).
-    Every process is stopped (SIGTERM, then SIGKILL after ``grace`` seconds) before returning.
+    Returns 0 when every process succeeds, else the status of the first that failed: a process
+    killed by a signal counts as 128 + the signal, and the launcher says which process it was
+    (124 on timeout). A process that fails otherwise (a refusal) stops the others at once; one that
+    is killed gives them ``lost_grace`` seconds to notice in their next collective and end on their
+    own (:func:`lost_peers`). A SIGTERM to the launcher is passed on to every process (they stop
+    after the same step, at a checkpoint). Every process is stopped (SIGTERM, then SIGKILL after
+    ``grace`` seconds) before returning.
     """
     if not _is_int(num_processes) or num_processes < 1:
         raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
@@ -213,66 +445,125 @@ def launch(
     if timeout is not None and (not _is_number(timeout) or not timeout > 0):
         raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     coordinator = f"127.0.0.1:{port or free_port()}"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs: list[subprocess.Popen] = []
-    threads = []
-    refusals = _Refusals()
-    for i in range(num_processes):
-        argv = [
-            sys.executable,
-            "-m",
-            "cvae_rosetta.cli",
-            *command,
-            "--distributed",
-            "--coordinator",
-            coordinator,
-            "--num-processes",
-            str(num_processes),
-            "--process-id",
-            str(i),
-        ]
-        if i:  # the others say nothing unless something goes wrong: no progress bars
-            argv.append("--no-progress")
-        proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        procs.append(proc)
-        for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-            prefix = f"[{i}] " if i else ""
-            t = threading.Thread(target=_forward, args=(stream, prefix, sink, refusals))
-            t.daemon = True
-            t.start()
-            threads.append(t)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    status = 0
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [c for c in codes if c not in (None, 0)]
-            stopping = set(failed) <= STOPPED_STATUSES and None in codes  # the others follow
-            if failed and not stopping:
-                status = failed[0]
-                break
-            if all(c == 0 for c in codes):
-                break
+    run = _Launch(num_processes, command, coordinator, grace=grace, lost_grace=lost_grace)
+    return run.run(timeout)
+
+
+class _Launch:
+    """The processes of one :func:`launch`: started, watched, stopped."""
+
+    def __init__(
+        self,
+        num_processes: int,
+        command: list[str],
+        coordinator: str,
+        *,
+        grace: float,
+        lost_grace: float,
+    ) -> None:
+        self.count, self.command, self.coordinator = num_processes, command, coordinator
+        self.grace, self.lost_grace = grace, lost_grace
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
+        self.ended: list[int] = []  # the processes that ended, in the order they were seen to
+        self.lost_since: float | None = None  # when a process was first seen killed
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: "1"}
+        refusals = _Refusals()
+        for i in range(self.count):
+            argv = [
+                *(sys.executable, "-m", "cvae_rosetta.cli", *self.command, "--distributed"),
+                *("--coordinator", self.coordinator, "--num-processes", str(self.count)),
+                *("--process-id", str(i)),
+            ]
+            if i:  # the others say nothing unless something goes wrong: no progress bars
+                argv.append("--no-progress")
+            proc = subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            self.procs.append(proc)
+            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+                args = (stream, f"[{i}] ", sink, refusals, self._lost)
+                thread = threading.Thread(target=_forward, args=args, daemon=True)
+                thread.start()
+                self.threads.append(thread)
+
+    def run(self, timeout: float | None) -> int:
+        passed_on = None
+        if threading.current_thread() is threading.main_thread():
+            passed_on = signal.signal(signal.SIGTERM, self._pass_on)
+        said = ""
+        try:
+            self.start()
+            status, said = self.wait(timeout)
+        except KeyboardInterrupt:
+            status = 130
+        finally:
+            if passed_on is not None:
+                signal.signal(signal.SIGTERM, passed_on)
+            _stop(self.procs, self.grace, kill=self.lost_since is not None)
+            for t in self.threads:
+                t.join(timeout=5)
+        if said:  # after every line of the processes
+            print(f"cvae launch: {said}", file=sys.stderr)
+        return status
+
+    def _lost(self) -> bool:
+        """Whether a process was killed by a signal (a process of the run is lost)."""
+        return any(p.poll() is not None and p.returncode < 0 for p in self.procs)
+
+    def _pass_on(self, signum: int, frame: Any) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    def wait(self, timeout: float | None) -> tuple[int, str]:
+        """Until every process ended, or one failed, or the timeout: the status and what to say."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done():
             if deadline is not None and time.monotonic() > deadline:
-                print(f"cvae launch: timed out after {timeout:g} s", file=sys.stderr)
-                status = 124
-                break
+                return 124, f"timed out after {timeout:g} s"
             time.sleep(0.05)
-    except KeyboardInterrupt:
-        status = 130
-    finally:
-        _stop(procs, grace)
-        for t in threads:
-            t.join(timeout=5)
-    return status
+        return self._status()
+
+    def _done(self) -> bool:
+        for i, p in enumerate(self.procs):
+            if p.poll() is not None and i not in self.ended:
+                self.ended.append(i)
+                if p.returncode < 0 and self.lost_since is None:
+                    self.lost_since = time.monotonic()
+        if len(self.ended) == self.count:
+            return True
+        if self.lost_since is not None:  # the others notice in their next collective
+            return time.monotonic() - self.lost_since > self.lost_grace
+        codes = {self.procs[i].returncode for i in self.ended} - {0}
+        return not codes <= STOPPED_STATUSES  # a stop: the others stop after the same step
+
+    def _status(self) -> tuple[int, str]:
+        """The status of the first process killed by a signal (128 + the signal) and a line
+        naming it, else of the first that failed, else 0."""
+        codes = {i: self.procs[i].returncode for i in self.ended}
+        killed = [i for i in self.ended if codes[i] < 0]
+        failed = [i for i in self.ended if codes[i] != 0]
+        if not killed:
+            return (codes[failed[0]], "") if failed else (0, "")
+        first, signum = killed[0], -codes[killed[0]]
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        left = sum(p.poll() is None for p in self.procs)
+        after = f"; stopped the {left} still running after {self.lost_grace:g} s" if left else ""
+        return 128 + signum, f"process {first} of {self.count} was killed by {name}{after}"
 
 
-def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+def _stop(procs: list[subprocess.Popen], grace: float, *, kill: bool = False) -> None:
+    """End every process still running: SIGTERM (they stop at a checkpoint), SIGKILL after
+    ``grace`` seconds; ``kill``: SIGKILL at once (a run that lost a process can write none)."""
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
     deadline = time.monotonic() + grace
     for p in procs:
         try:

@@ -11,8 +11,9 @@ Grids are drawn with Pillow as RGB PNGs. Pixel values are floats (any floating d
 included) in [0, 1], 0 black and 1 white, rounded to 8-bit grey; values outside [0, 1] are
 clipped, non-finite values (NaN, inf) raise, as do integer arrays (a 0-255 image would otherwise
 come out all white). Cells are upscaled by an integer factor with
-nearest-neighbour repetition, so pixels stay crisp. A grid of ``rows`` x ``cols`` cells of an
-``(H, W)`` image at factor ``s`` is exactly::
+nearest-neighbour repetition, so pixels stay crisp, and set apart by :data:`GAP` pixels of
+:data:`BACKGROUND` grey on every side, so each reads as a picture of its own. A grid of ``rows``
+x ``cols`` cells of an ``(H, W)`` image at factor ``s`` is exactly::
 
     width  = label_width + cols * W * s + (cols + 1) * GAP
     height = top + rows * H * s + (rows + 1) * GAP
@@ -27,7 +28,9 @@ the grid widens the picture (the cells keep their places). Gaps, label column an
 
 Curves are drawn with matplotlib through ``matplotlib.figure.Figure`` and the Agg canvas directly,
 never through ``pyplot``, so a caller's pyplot state and backend are left alone. matplotlib is
-imported only when a curve is drawn.
+imported only when a curve is drawn. Each curve writer has a function that returns its figure
+unsaved (:func:`curves_figure`, :func:`metric_figure`, :func:`comparison_figure`), for a caller
+that reads or changes it.
 
 Bad input raises :class:`~cvae_rosetta.spec.errors.InputError` (a ``ValueError``) naming the
 argument, what was expected and what was given.
@@ -48,9 +51,11 @@ from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from cvae_rosetta import files
 from cvae_rosetta.spec.errors import InputError, field_error
 
-GAP = 2
-"""Pixels between neighbouring grid cells and around the cell block."""
-GROUP_GAP = 8
+GAP = 12
+"""Pixels of background between neighbouring grid cells and around the cell block: about a
+seventh of a default cell (:data:`TARGET_CELL`), so that digits on black, whose strokes and blur
+reach their cells' edges, read as separate pictures at 100 % rather than as one striped block."""
+GROUP_GAP = 20
 """Extra pixels between the original/reconstruction row pairs of :func:`reconstruction_grid`."""
 LABEL_WIDTH = 48
 """Minimum width in pixels of the row-label column of a grid."""
@@ -84,7 +89,10 @@ COMPARISON_PANEL = (3.4, 2.8)
 PANELS_PER_ROW = 3
 """Curve panels per row of a :func:`metric_panels` figure."""
 MARKER_MAX_POINTS = 25
-"""Series with at most this many points are drawn with markers as well as lines."""
+"""Series with at most this many points are drawn with markers as well as lines; a longer
+``train`` series is drawn light, under its running mean."""
+RAW_ALPHA = 0.3
+"""Opacity of a long train series' own (per-step, noisy) line under its running mean."""
 
 _OTHER_STYLES: tuple[Any, ...] = (":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
 _KIND_PREFIX = re.compile(r"^(?:train|test)(?:ing)?[\s_/:.\-]*", re.IGNORECASE)
@@ -343,9 +351,25 @@ def _open_rgb(name: str, path: Any) -> Image.Image:
     return image.convert("RGB")
 
 
+def panel_rows(count: int, columns: int | None = None) -> list[int]:
+    """How many pictures each row of :func:`combine_side_by_side` holds, top to bottom.
+
+    With ``columns``, rows of ``columns`` and a shorter last one. Without, all in one row for up to
+    4, else as few rows of at most 4 as possible, as evenly filled as possible: 6 -> 3 + 3, 8 ->
+    4 + 4, 5 -> 3 + 2, 10 -> 4 + 3 + 3; rows differ by one picture at most, longer rows first.
+    """
+    count = _check_positive_int("count", count)
+    if columns is not None:
+        width = min(_check_positive_int("columns", columns), count)
+        return [min(width, count - start) for start in range(0, count, width)]
+    n_rows = math.ceil(count / 4)
+    short, extra = divmod(count, n_rows)
+    return [short + 1] * extra + [short] * (n_rows - extra)
+
+
 def combine_side_by_side(
     paths: Sequence[str | os.PathLike[str]],
-    captions: Sequence[str],
+    captions: Sequence[str] | None,
     path: str | os.PathLike[str],
     *,
     title: str | None = None,
@@ -353,58 +377,62 @@ def combine_side_by_side(
 ) -> Path:
     """Write existing pictures side by side, each under its caption, on a white background.
 
-    Pictures fill rows of ``columns`` (default: all in one row for up to 4, else as few rows of at
-    most 4 as evenly filled as possible, e.g. 5 -> 3 + 2). Every tile is as wide as the widest
-    picture (or caption) and as high as the highest picture; a picture sits centred at the top of
-    its tile, its caption centred above it. With ``n_cols`` columns and ``n_rows`` rows::
+    Pictures fill the rows of :func:`panel_rows` (``columns`` a row, or at most 4 as evenly as
+    possible); a row shorter than the longest is centred, so no tile is left empty at its end.
+    Every tile is as wide as the widest picture (or caption) and as high as the highest picture; a
+    picture sits centred at the top of its tile, its caption centred above it. ``captions=None``
+    draws none (the pictures name themselves, as titled grids do), and the caption band is then
+    0 high. With ``n_cols`` tiles in the longest row and ``n_rows`` rows::
 
         width  = n_cols * tile_w + (n_cols + 1) * COMBINE_PAD
-        height = top + n_rows * (CAPTION_HEIGHT + tile_h) + (n_rows + 1) * COMBINE_PAD
+        height = top + n_rows * (caption + tile_h) + (n_rows + 1) * COMBINE_PAD
 
-    ``top`` is :data:`TITLE_HEIGHT` with a title and 0 without. ``path`` may be one of ``paths``.
+    ``top`` is :data:`TITLE_HEIGHT` with a title and 0 without; ``caption`` is
+    :data:`CAPTION_HEIGHT` with captions and 0 without. Tile ``i`` of a row of ``k`` starts
+    ``COMBINE_PAD + ((n_cols - k) / 2 + i) * (tile_w + COMBINE_PAD)`` from the left (rounded
+    down). ``path`` may be one of ``paths``.
     """
     if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
         raise field_error(InputError, "paths", "a sequence of image paths", paths)
-    if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
-        raise field_error(InputError, "captions", "a sequence of strings", captions)
+    if captions is not None and (
+        isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence)
+    ):
+        raise field_error(InputError, "captions", "a sequence of strings or None", captions)
     if not paths:
         raise InputError("paths: expected at least one image path, got an empty sequence")
-    if len(captions) != len(paths):
+    if captions is not None and len(captions) != len(paths):
         raise InputError(
             f"captions: expected {len(paths)} captions, one per path, got {len(captions)}"
         )
-    for i, caption in enumerate(captions):
+    for i, caption in enumerate(captions or ()):
         if not isinstance(caption, str):
             raise field_error(InputError, f"captions[{i}]", "a string", caption)
     title = _check_title(title)
-    count = len(paths)
-    if columns is None:
-        n_rows = math.ceil(count / 4)
-        n_cols = math.ceil(count / n_rows)
-    else:
-        n_cols = min(_check_positive_int("columns", columns), count)
-        n_rows = math.ceil(count / n_cols)
+    rows = panel_rows(len(paths), columns)
+    n_cols, n_rows = max(rows), len(rows)
 
     pictures = [_open_rgb(f"paths[{i}]", p) for i, p in enumerate(paths)]
     font = _font()
     tile_w = max(
-        [p.width for p in pictures] + [_text_width(font, c) + 2 * LABEL_PAD for c in captions]
+        [p.width for p in pictures] + [_text_width(font, c) + 2 * LABEL_PAD for c in captions or ()]
     )
     tile_h = max(p.height for p in pictures)
     top = TITLE_HEIGHT if title else 0
+    band = CAPTION_HEIGHT if captions is not None else 0
     width = n_cols * tile_w + (n_cols + 1) * COMBINE_PAD
-    height = top + n_rows * (CAPTION_HEIGHT + tile_h) + (n_rows + 1) * COMBINE_PAD
+    height = top + n_rows * (band + tile_h) + (n_rows + 1) * COMBINE_PAD
     if title:
         width = max(width, _text_width(font, title) + 2 * COMBINE_PAD)
 
     canvas = Image.new("RGB", (width, height), COMBINE_BACKGROUND)
     draw = ImageDraw.Draw(canvas)
-    for i, (picture, caption) in enumerate(zip(pictures, captions, strict=True)):
-        r, c = divmod(i, n_cols)
-        x = COMBINE_PAD + c * (tile_w + COMBINE_PAD)
-        y = top + COMBINE_PAD + r * (CAPTION_HEIGHT + tile_h + COMBINE_PAD)
-        _draw_text(draw, font, caption, x + tile_w / 2, y + CAPTION_HEIGHT / 2, "centre", TEXT)
-        canvas.paste(picture, (x + (tile_w - picture.width) // 2, y + CAPTION_HEIGHT))
+    places = [(r, c, k) for r, k in enumerate(rows) for c in range(k)]
+    for i, (picture, (r, c, k)) in enumerate(zip(pictures, places, strict=True)):
+        x = COMBINE_PAD + math.floor(((n_cols - k) / 2 + c) * (tile_w + COMBINE_PAD))
+        y = top + COMBINE_PAD + r * (band + tile_h + COMBINE_PAD)
+        if captions is not None:
+            _draw_text(draw, font, captions[i], x + tile_w / 2, y + band / 2, "centre", TEXT)
+        canvas.paste(picture, (x + (tile_w - picture.width) // 2, y + band))
     if title:
         _draw_text(draw, font, title, COMBINE_PAD, TITLE_HEIGHT / 2, "left", TEXT)
     return _save_image(canvas, path)
@@ -467,39 +495,134 @@ def _check_curves(curves: Any) -> list[tuple[str, str, np.ndarray]]:
     return lines
 
 
-def _draw_curves(
+def _running_mean(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """A centred running mean over about a fortieth of the series (at least 3 points), its window
+    shrinking towards the ends so that it neither lags nor flattens the first steps; and the
+    window."""
+    n = len(values)
+    half = max(1, round(n / 80))
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    index = np.arange(n)
+    reach = np.minimum(half, np.minimum(index, n - 1 - index))
+    return (sums[index + reach + 1] - sums[index - reach]) / (2 * reach + 1), 2 * half + 1
+
+
+def _series_styles(panels: list[tuple[str, list[tuple[str, str, np.ndarray]]]]) -> dict[str, Any]:
+    """Line style per series kind: ``train`` solid, ``test`` dashed, any other its own."""
+    styles: dict[str, Any] = {}
+    for _, lines in panels:
+        for _, series, _ in lines:
+            kind = _kind(series)
+            key = kind or series
+            if key not in styles:
+                others = sum(1 for k in styles if k not in ("train", "test"))
+                styles[key] = {"train": "-", "test": "--"}.get(
+                    key, _OTHER_STYLES[others % len(_OTHER_STYLES)]
+                )
+    return styles
+
+
+def _plot_series(ax: Any, points: np.ndarray, kind: str | None, colour: Any, style: Any) -> int:
+    """One series in ``ax``; a long ``train`` series light with its running mean over it (the
+    window returned, else 0), a ``test`` series with markers above everything else."""
+    few = len(points) <= MARKER_MAX_POINTS
+    marker = "o" if few or kind == "test" else None
+    if kind == "train" and not few:
+        ax.plot(*points.T, color=colour, linestyle=style, linewidth=0.8, alpha=RAW_ALPHA, zorder=1)
+        mean, window = _running_mean(points[:, 1])
+        ax.plot(points[:, 0], mean, color=colour, linestyle=style, linewidth=1.6, zorder=2)
+        return window
+    ax.plot(
+        *points.T,
+        color=colour,
+        linestyle=style,
+        linewidth=1.8 if kind == "test" else 1.6,
+        marker=marker,
+        markersize=4 if kind == "test" else 3,
+        zorder=3 if kind == "test" else 2,
+    )
+    return 0
+
+
+def _kind_handles(
+    styles: dict[str, Any], colour_of: Any, windows: set[int], xlabel: str
+) -> list[Any]:
+    """Legend entries for the series kinds: ``colour_of(kind)`` their colour."""
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for key, style in styles.items():
+        colour = colour_of(key)
+        if key == "train" and windows:
+            every = f"{xlabel}s" if xlabel else "points"
+            size = f" of {windows.pop()} {every}" if len(windows) == 1 else ""
+            handles += [
+                Line2D(
+                    [],
+                    [],
+                    color=colour,
+                    linestyle=style,
+                    alpha=RAW_ALPHA,
+                    label=f"train, each {xlabel or 'point'}",
+                ),
+                Line2D(
+                    [],
+                    [],
+                    color=colour,
+                    linestyle=style,
+                    linewidth=1.6,
+                    label=f"train, running mean{size}",
+                ),
+            ]
+        else:
+            marker = "o" if key == "test" else None
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=colour,
+                    linestyle=style,
+                    linewidth=1.6,
+                    marker=marker,
+                    markersize=4,
+                    label=key,
+                )
+            )
+    return handles
+
+
+def curves_figure(
     panels: list[tuple[str, list[tuple[str, str, np.ndarray]]]],
-    path: str | os.PathLike[str],
     *,
     title: str | None,
     xlabel: str,
     ylabel: str,
-) -> Path:
-    """Draw one axes per ``(panel title, lines)`` and save the figure atomically."""
+) -> Any:
+    """The matplotlib ``Figure`` of :func:`loss_curves` and :func:`metric_panels`: one axes per
+    ``(panel title, [(run, series, points [k, 2]), ...])``, not saved.
+
+    With one run, the series kinds have colours of their own (``train`` blue, ``test`` orange,
+    others green, red, ...) and the legend is titled with the run unless the figure has a title;
+    with several, each run has one
+    colour and the legend names the runs by colour and the kinds by line style. A ``train`` series
+    of more than :data:`MARKER_MAX_POINTS` points (per step, noisy) is drawn thin and light
+    (alpha :data:`RAW_ALPHA`) with its running mean over it (:func:`_running_mean`); a ``test``
+    series (per epoch) is drawn with markers above every other line.
+    """
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    runs: list[str] = []
-    styles: dict[str, Any] = {}
-    for _, lines in panels:
-        for run, series, _ in lines:
-            if run not in runs:
-                runs.append(run)
-            kind = _kind(series)
-            key = kind or series
-            if key not in styles:
-                if kind == "train":
-                    styles[key] = "-"
-                elif kind == "test":
-                    styles[key] = "--"
-                else:
-                    others = sum(1 for k in styles if k not in ("train", "test"))
-                    styles[key] = _OTHER_STYLES[others % len(_OTHER_STYLES)]
-    palette = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
-    colours = {run: palette[i % len(palette)] for i, run in enumerate(runs)}
+    runs = list(dict.fromkeys(run for _, lines in panels for run, _, _ in lines))
+    styles = _series_styles(panels)
+    palette = colormaps["tab10" if max(len(runs), len(styles)) <= 10 else "tab20"].colors
+    by_kind = {key: palette[i % len(palette)] for i, key in enumerate(styles)}
+    by_run = {run: palette[i % len(palette)] for i, run in enumerate(runs)}
+
+    def colour(run: str, key: str) -> Any:
+        return by_kind[key] if len(runs) == 1 else by_run[run]
 
     n_cols = min(len(panels), PANELS_PER_ROW)
     n_rows = math.ceil(len(panels) / n_cols)
@@ -507,21 +630,16 @@ def _draw_curves(
     figure = Figure(figsize=size, dpi=CURVE_DPI, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(n_rows, n_cols, squeeze=False)
+    windows: set[int] = set()
     for index, ax in enumerate(axes.flat):
         if index >= len(panels):
             ax.set_visible(False)
             continue
         panel_title, lines = panels[index]
         for run, series, points in lines:
-            ax.plot(
-                points[:, 0],
-                points[:, 1],
-                color=colours[run],
-                linestyle=styles[_kind(series) or series],
-                linewidth=1.6,
-                marker="o" if len(points) <= MARKER_MAX_POINTS else None,
-                markersize=3,
-            )
+            key = _kind(series) or series
+            window = _plot_series(ax, points, _kind(series), colour(run, key), styles[key])
+            windows |= {window} if window else set()
         if all(float(x).is_integer() for _, _, p in lines for x in p[:, 0]):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if panel_title:
@@ -529,16 +647,22 @@ def _draw_curves(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-    handles = [Line2D([], [], color=colours[run], linewidth=2.5, label=run) for run in runs]
-    if len(styles) > 1 or not set(styles) <= {"train", "test"}:
-        handles += [Line2D([], [], color="none", label=" ")]
-        handles += [
-            Line2D([], [], color="0.3", linestyle=style, linewidth=1.6, label=key)
-            for key, style in styles.items()
-        ]
-    figure.legend(handles=handles, loc="outside right upper", frameon=False)
+    if len(runs) == 1:
+        handles = _kind_handles(styles, by_kind.__getitem__, windows, xlabel)
+        named = None if title else runs[0]  # a title names the run (or the runs of a resumed one)
+        figure.legend(handles=handles, loc="outside right upper", frameon=False, title=named)
+    else:
+        handles = [Line2D([], [], color=by_run[run], linewidth=2.5, label=run) for run in runs]
+        if windows or len(styles) > 1 or not set(styles) <= {"train", "test"}:
+            handles += [Line2D([], [], color="none", label=" ")]
+            handles += _kind_handles(styles, lambda _: "0.3", windows, xlabel)
+        figure.legend(handles=handles, loc="outside right upper", frameon=False)
     if title:
         figure.suptitle(title)
+    return figure
+
+
+def _save_figure(figure: Any, path: str | os.PathLike[str]) -> Path:
     return files.atomic_write(
         path, lambda handle: figure.savefig(handle, format="png"), parents=True
     )
@@ -555,16 +679,19 @@ def loss_curves(
     """Write one axes with every series of every run overlaid.
 
     ``curves`` maps run name (``"pure_jax"``) -> series name (``"train loss"``) -> ``(x, y)``
-    points, drawn in the given order. Each run has one colour; a series whose name starts with
-    ``train`` is solid, with ``test`` dashed, any other gets its own dotted style. The legend,
-    right of the axes, names the runs by colour and the series kinds by line style. Series of
-    few points get markers; empty series are skipped, but at least one point is needed and every
-    point must be finite. The figure is ``PANEL_SIZE + (LEGEND_WIDTH, 0)`` inches at
-    :data:`CURVE_DPI`. Meant for one metric; for several use :func:`metric_panels`.
+    points, drawn in the given order. A series whose name starts with ``train`` is solid, with
+    ``test`` dashed with markers and drawn above the others, any other gets its own dotted style.
+    Colours: one per series kind for one run, one per run for several (:func:`curves_figure`); a
+    long, noisy train series is drawn light under its running mean. The legend, right of the axes,
+    names what the colours and line styles mean. Series of few points get markers; empty series
+    are skipped, but at least one point is needed and every point must be finite. The figure is
+    ``PANEL_SIZE + (LEGEND_WIDTH, 0)`` inches at :data:`CURVE_DPI`. Meant for one metric; for
+    several use :func:`metric_panels`.
     """
     lines = _check_curves(curves)
     title = _check_title(title)
-    return _draw_curves([("", lines)], path, title=title, xlabel=xlabel, ylabel=ylabel)
+    figure = curves_figure([("", lines)], title=title, xlabel=xlabel, ylabel=ylabel)
+    return _save_figure(figure, path)
 
 
 def metric_panels(
@@ -585,6 +712,20 @@ def metric_panels(
     and line styles as in :func:`loss_curves`). The figure is ``PANEL_SIZE[0] * n_cols +
     LEGEND_WIDTH`` by ``PANEL_SIZE[1] * n_rows`` inches at :data:`CURVE_DPI`.
     """
+    return _save_figure(
+        metric_figure(curves, metrics=metrics, title=title, xlabel=xlabel, ylabel=ylabel), path
+    )
+
+
+def metric_figure(
+    curves: _Curves,
+    *,
+    metrics: Sequence[str] | None = None,
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "nats",
+) -> Any:
+    """The figure :func:`metric_panels` writes, not saved."""
     lines = _check_curves(curves)
     title = _check_title(title)
     groups: dict[str, list[tuple[str, str, np.ndarray]]] = {}
@@ -604,7 +745,7 @@ def metric_panels(
                     f"metrics[{i}]: expected one of {', '.join(map(repr, groups))}, got {metric!r}"
                 )
     panels = [(metric, groups[metric]) for metric in order]
-    return _draw_curves(panels, path, title=title, xlabel=xlabel, ylabel=ylabel)
+    return curves_figure(panels, title=title, xlabel=xlabel, ylabel=ylabel)
 
 
 def comparison_curves(
@@ -620,13 +761,32 @@ def comparison_curves(
     """Write runs that should agree so that each one can be seen: one column per run.
 
     The top row draws each run's ``train <metric>`` (solid) and ``test <metric>`` (dashed, with
-    markers) in its own axes and colour, every axes on the same scales, so curves that agree do
-    not hide one another. The bottom row draws, for every run but ``reference``, its difference
-    from ``reference`` at the steps both have (run minus reference, on one shared scale, the
-    largest in the axes' title): what a reader comparing frameworks looks for. ``curves`` is as
-    for :func:`loss_curves`; ``reference`` must be one of its runs. The figure is
-    ``COMPARISON_PANEL`` inches a panel at :data:`CURVE_DPI`.
+    markers, above the train line) in its own axes and colour, titled with the run, every axes on
+    the same scales, so curves that agree do not hide one another. The bottom row draws, under
+    every run but ``reference``, its difference from ``reference`` at the steps both have (run
+    minus reference, on one shared scale, the largest in the axes' title): what a reader comparing
+    frameworks looks for; each run is named once, above its column. The reference has no
+    difference to draw: its slot says, in its colour, what the row shows (its x axis is labelled in
+    the top row). ``curves`` is as for :func:`loss_curves`; ``reference``
+    must be one of its runs. The figure is ``COMPARISON_PANEL`` inches a panel at
+    :data:`CURVE_DPI`.
     """
+    figure = comparison_figure(
+        curves, reference=reference, metric=metric, title=title, xlabel=xlabel, ylabel=ylabel
+    )
+    return _save_figure(figure, path)
+
+
+def comparison_figure(
+    curves: _Curves,
+    *,
+    reference: str,
+    metric: str = "loss",
+    title: str | None = None,
+    xlabel: str = "step",
+    ylabel: str = "nats",
+) -> Any:
+    """The figure :func:`comparison_curves` writes, not saved."""
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -641,7 +801,6 @@ def comparison_curves(
     series = {(run, _kind(name)): p for run, name, p in lines if metric_name(name) == metric}
     palette = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
     colours = {run: palette[i % len(palette)] for i, run in enumerate(runs)}
-    styles = {"train": ("-", None), "test": ("--", "o")}
     n_rows = 2 if len(runs) > 1 else 1
     size = (COMPARISON_PANEL[0] * len(runs), COMPARISON_PANEL[1] * n_rows)
     figure = Figure(figsize=size, dpi=CURVE_DPI, layout="constrained")
@@ -649,7 +808,7 @@ def comparison_curves(
     axes = figure.subplots(n_rows, len(runs), squeeze=False, sharex=True, sharey="row")
     for column, run in enumerate(runs):
         top = axes[0, column]
-        for kind, (linestyle, marker) in styles.items():
+        for kind, (linestyle, marker) in _COMPARISON_STYLES.items():
             points = series.get((run, kind))
             if points is not None:
                 top.plot(
@@ -660,32 +819,70 @@ def comparison_curves(
                     markersize=4,
                     linewidth=1.6,
                     label=f"{kind} {metric}",
+                    zorder=3 if kind == "test" else 2,
                 )
         top.set_title(run, color=colours[run], fontweight="bold")
         top.set_ylabel(f"{metric} ({ylabel})" if column == 0 else "")
         top.grid(True, alpha=0.3)
         if column == 0:
             top.legend(frameon=False, fontsize="small")
-        if n_rows == 1:
+        if n_rows == 1 or run == reference:
             top.set_xlabel(xlabel)
-            continue
-        bottom = axes[1, column]
-        bottom.set_xlabel(xlabel)
-        bottom.set_ylabel(f"{metric} difference ({ylabel})" if column == 0 else "")
-        bottom.grid(True, alpha=0.3)
+            top.tick_params(labelbottom=True)
+    if n_rows == 2:
+        _differences(axes[1], runs, reference, series, colours, metric, xlabel, ylabel)
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+_COMPARISON_STYLES = {"train": ("-", None), "test": ("--", "o")}
+
+
+def _differences(
+    row: Any,
+    runs: list[str],
+    reference: str,
+    series: dict[tuple[str, str | None], np.ndarray],
+    colours: dict[str, Any],
+    metric: str,
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """The bottom row of :func:`comparison_figure`: each run minus the reference; in the
+    reference's own slot, with nothing to draw, no axes but what the row shows, in the
+    reference's colour; the row's y axis labelled on its first axes."""
+    shown = [column for column, run in enumerate(runs) if run != reference]
+    for column, run in enumerate(runs):
+        ax = row[column]
         if run == reference:
-            bottom.axhline(0.0, color=colours[run], linewidth=1.6)
-            bottom.set_title(f"the reference: differences\nare from {run}", fontsize="small")
+            ax.axis("off")
+            ax.text(
+                0.5,
+                0.5,
+                f"this row:\neach run's {metric}\nminus {reference}'s",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color=colours[run],
+                fontsize="x-large",
+                fontweight="bold",
+            )
             continue
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+        if column == shown[0]:
+            ax.set_ylabel(f"{metric} minus {reference} ({ylabel})")
+            ax.tick_params(labelleft=True)
         largest = 0.0
-        for kind, (linestyle, marker) in styles.items():
+        for kind, (linestyle, marker) in _COMPARISON_STYLES.items():
             ours, theirs = series.get((run, kind)), series.get((reference, kind))
             if ours is None or theirs is None:
                 continue
             steps, mine, base = np.intersect1d(ours[:, 0], theirs[:, 0], return_indices=True)
             diff = ours[mine, 1] - theirs[base, 1]
             largest = max(largest, float(np.abs(diff).max(initial=0.0)))
-            bottom.plot(
+            ax.plot(
                 steps,
                 diff,
                 color=colours[run],
@@ -693,11 +890,6 @@ def comparison_curves(
                 marker=marker,
                 markersize=4,
                 linewidth=1.6,
+                zorder=3 if kind == "test" else 2,
             )
-        found = f"max |diff| {largest:.1e}" if largest else "identical"
-        bottom.set_title(f"{run} - {reference}: {found}", fontsize="small")
-    if title:
-        figure.suptitle(title)
-    return files.atomic_write(
-        path, lambda handle: figure.savefig(handle, format="png"), parents=True
-    )
+        ax.set_title(f"max |diff| {largest:.1e}" if largest else "identical", fontsize="small")

@@ -14,6 +14,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -57,6 +58,17 @@ RUN_FILES = (
 EVALUATION_FILES = (EVALUATION_FILE, GENERATED_FILE, LATENT_FILE)
 LOCK_FILE = "run.lock"  # flocked by the one process writing the directory; names it (RunLock)
 RUN_MARKER = CONFIG_FILE
+# What else a run (cvae train, --resume, evaluate) or a cvae compare writes into its directory:
+# everything --overwrite may delete (own_entries). TB_DIR and PROFILE_DIR are app.train's,
+# DAMAGED_DIR app.resuming's (tests/test_pictures.py checks they agree).
+TB_DIR = "tb"
+PROFILE_DIR = "profile"
+DAMAGED_DIR = "checkpoints.damaged"
+COMPARE_FILES = (CONFIG_FILE, CURVES_FILE, SAMPLES_FILE, "summary.md", SUMMARY_FILE)
+OWN_DIRS = (CHECKPOINT_DIR, DAMAGED_DIR, TB_DIR, PROFILE_DIR)
+OWN_NAMES = frozenset((*RUN_FILES, *EVALUATION_FILES, *COMPARE_FILES, LOCK_FILE, *OWN_DIRS))
+# files.atomic_write's temporaries and check_out_dir's probes, left behind by a killed command
+_TEMPORARY = re.compile(r"\..+\.\d+\.[0-9a-f]{8}\.tmp|\.cvae-probe-.+")
 SAMPLES_PER_CLASS = 8
 RECONSTRUCTIONS = 16
 
@@ -67,8 +79,10 @@ def check_out_dir(
     """Refuse an output directory that would lose something or cannot be written.
 
     A non-empty directory is refused unless ``overwrite``; even then only a previous ``what`` (a
-    run directory: one holding ``marker``, ``config.json``) is replaced, never an arbitrary folder.
-    ``cvae export`` and ``cvae bench`` check their ``--out`` with this too, with their own marker.
+    run directory: one holding ``marker``, ``config.json``) is replaced, never an arbitrary folder,
+    and a previous run only while it holds nothing but what runs write (:func:`foreign_entries`:
+    anything else is named in the refusal, and nothing is deleted). ``cvae export`` and ``cvae
+    bench`` check their ``--out`` with this too, with their own marker.
     """
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
@@ -84,6 +98,8 @@ def check_out_dir(
                 f"out: {out} is not empty and holds no {marker}, so it is not a previous "
                 f"{what}; refusing to overwrite it"
             )
+        if marker == RUN_MARKER:
+            _refuse_foreign(out)
     ancestor = out
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -96,6 +112,41 @@ def check_out_dir(
             f"out: expected a writable location, got {out} ({ancestor}: {err.strerror})"
         ) from err
     return out
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """What in the run directory ``out`` no ``cvae train`` or ``cvae compare`` wrote, sorted, as
+    paths relative to ``out`` (a folder with a trailing ``/``): a name outside :data:`OWN_NAMES`
+    and the folders a compare's ``config.json`` lists (whose insides are checked alike), other
+    than a temporary of an interrupted write (:func:`cvae_rosetta.files.atomic_write`) or of
+    the probe of :func:`check_out_dir`."""
+    folders: list[str] = []
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        listed = json.loads((out / CONFIG_FILE).read_text()).get("folders", [])
+        folders = [f for f in listed if isinstance(f, str) and f and "/" not in f]
+    found = []
+    for entry in sorted(out.iterdir(), key=lambda p: p.name):
+        name = entry.name
+        if name in folders and entry.is_dir() and not entry.is_symlink():
+            found += [f"{name}/{inner}" for inner in foreign_entries(entry)]
+        elif name not in OWN_NAMES and not _TEMPORARY.fullmatch(name):
+            found.append(name + ("/" if entry.is_dir() and not entry.is_symlink() else ""))
+    return found
+
+
+def _refuse_foreign(out: Path) -> None:
+    """``--overwrite`` replaces a previous run's own files only: anything else a user put there
+    is named, and the run refused, before anything is deleted."""
+    foreign = foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:10]) + (
+            f", ... ({len(foreign) - 10} more)" * (len(foreign) > 10)
+        )
+        raise OutputError(
+            f"out: expected a previous run holding only its own files (overwrite=True deletes "
+            f"them), got {out} with {len(foreign)} that no run wrote: {shown}; move them out "
+            f"of {out} first"
+        )
 
 
 def make_out_dir(out: Path, *, overwrite: bool, marker: str = RUN_MARKER) -> Path:
@@ -161,6 +212,46 @@ def curves_of(records: list[Record]) -> dict[str, list[tuple[float, float]]]:
             for name in ("loss", "recon", "kl"):
                 curves.setdefault(f"test {name}", []).append((r["step"], r[f"test_{name}"]))
     return curves
+
+
+def trained_with(directory: Path, current: str, last_step: int) -> list[tuple[str, int, int]]:
+    """Which implementation took which steps of the run in ``directory``, in order: ``(name,
+    first step, last step)``, from ``config.json``'s ``resumes`` (each ``--resume`` records the
+    step it went on from, its implementation and the checkpoint's). A resume from an earlier
+    checkpoint drops the steps after it, as it cuts ``metrics.jsonl`` back; neighbouring parts of
+    one implementation are one. ``current``: the implementation now running (the only one of a run
+    never resumed, or whose ``config.json`` cannot be read); ``last_step``: the run's last step."""
+    try:
+        resumes = json.loads((directory / CONFIG_FILE).read_text()).get("resumes", [])
+        parts = [(str(resumes[0]["from"]), 0)] if resumes else []
+        for resume in resumes:
+            step = int(resume["step"])
+            parts = [part for part in parts if part[1] < step] + [(str(resume["impl"]), step)]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        parts = []
+    if not parts or parts[-1][0] != current:
+        parts = [(current, 0)]  # not this run's record after all: the one name known
+    ranges: list[tuple[str, int, int]] = []
+    for (name, start), (_, end) in zip(parts, [*parts[1:], ("", last_step)], strict=True):
+        if end <= start:
+            continue
+        if ranges and ranges[-1][0] == name:
+            ranges[-1] = (name, ranges[-1][1], end)
+        else:
+            ranges.append((name, start + 1, end))
+    return ranges or [(current, 1, last_step)]
+
+
+def run_title(directory: Path, current: str, records: list[Record]) -> str:
+    """The implementations a run was trained with, for a picture's title: ``pure_jax``, or
+    ``pure_jax (steps 1-40), then keras (41-80)`` for a run resumed in another framework
+    (:func:`trained_with`; ``records``: the run's, to its last step)."""
+    last_step = max((int(r.get("step", 0)) for r in records), default=0)
+    ranges = trained_with(directory, current, last_step)
+    if len(ranges) == 1:
+        return ranges[0][0]
+    shown = [f"{name} ({first}-{last})" for name, first, last in ranges]
+    return f"{shown[0].replace(' (', ' (steps ', 1)}, then " + ", then ".join(shown[1:])
 
 
 def write_pictures(out: Path, impl, state, dataset: Dataset, keys: RunKeys, *, title: str) -> None:
@@ -290,11 +381,16 @@ class RunLock:
     from the first write of ``cvae train`` (or ``--resume``, or ``cvae evaluate``) to its end.
 
     The file holds the holder's record (pid, host, since when, command) while it is held and is
-    emptied, never removed, when released (removing it would let two processes lock two different
-    files). The kernel drops the lock of a process that dies, so a record left behind by a killed
-    run is taken over, with a warning naming it. Where the file system cannot lock files, the record
-    alone decides: a record of a live process on this host (or of any other host) refuses.
+    removed when released, so a run that ended (finished, refused or stopped) leaves none: the
+    holder unlinks it while still holding the lock, and a process that locks a file checks that
+    the path still names that very file (else it was released meanwhile, and it locks afresh), so
+    two processes never hold two different ``run.lock`` files. The kernel drops the lock of a
+    process that dies (SIGKILL leaves the file), so a record left behind by a killed run is taken
+    over, with a warning naming it. Where the file system cannot lock files, the record alone
+    decides: a record of a live process on this host (or of any other host) refuses.
     """
+
+    ATTEMPTS = 20  # locks of a file released between its open and its flock, before giving up
 
     def __init__(self, path: Path, descriptor: int) -> None:
         self.path, self._descriptor = path, descriptor
@@ -303,10 +399,31 @@ class RunLock:
     def acquire(cls, directory: Path, *, command: str, field: str) -> RunLock:
         """Lock ``directory`` or refuse at once, naming the holder (``field`` leads the message)."""
         path = Path(directory) / LOCK_FILE
-        with files.writing(LOCK_FILE, path):
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        for _ in range(cls.ATTEMPTS):
+            with files.writing(LOCK_FILE, path):
+                descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                held = cls._lock(descriptor)
+            except BaseException:
+                os.close(descriptor)
+                raise
+            if held is False or _same_file(descriptor, path):
+                break
+            os.close(descriptor)  # released and removed since it was opened: open it afresh
+        else:
+            raise OutputError(
+                f"{field}: could not lock {path}: it was removed {cls.ATTEMPTS} times"
+            )
+        return cls._claim(path, descriptor, held, command=command, field=field)
+
+    @classmethod
+    def _claim(
+        cls, path: Path, descriptor: int, held: bool | None, *, command: str, field: str
+    ) -> RunLock:
+        """Write this process's record into the lock file ``descriptor`` locked (``held``), or
+        refuse naming its holder."""
+        directory = path.parent
         try:
-            held = cls._lock(descriptor)
             previous = _read_holder(descriptor)
             if held is None and previous and _alive(previous):
                 held = False  # no file locks here: the record of a live process refuses
@@ -348,10 +465,14 @@ class RunLock:
         return True
 
     def release(self) -> None:
+        """Remove the lock file (while holding it: see the class) and drop the lock."""
         if self._descriptor < 0:
             return
         with contextlib.suppress(OSError):  # a full disk cannot refuse a truncation
             os.ftruncate(self._descriptor, 0)
+        with contextlib.suppress(OSError):  # gone or not ours to remove: emptied all the same
+            if _same_file(self._descriptor, self.path):
+                self.path.unlink()
         os.close(self._descriptor)  # drops the flock
         self._descriptor = -1
 
@@ -360,6 +481,15 @@ class RunLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _same_file(descriptor: int, path: Path) -> bool:
+    """The open file ``descriptor`` is still the one ``path`` names."""
+    try:
+        opened, named = os.fstat(descriptor), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
 
 
 def _read_holder(descriptor: int) -> dict[str, Any]:

@@ -20,6 +20,11 @@ and per epoch, sample and reconstruction grids per epoch; :mod:`cvae_rosetta.app
 unless ``Options.tensorboard`` is false, and with ``Options.profile_steps`` ``"A:B"`` a
 ``jax.profiler`` trace of steps A to B into ``RUN/profile/``.
 
+Run control: ``Options.max_steps`` ends the run after that many steps in all, as a finished run
+(final checkpoint, pictures, summary, evaluation); ``config.json`` records it and a resume keeps
+it unless given another. ``Options.eval_every`` evaluates the test split every so many epochs
+(always after the last); ``Options.log_every`` prints a line every so many steps.
+
 Faults a run survives (docs/checkpoints.md): SIGINT and SIGTERM are handled for the whole call,
 start-up and final outputs included (the run stops at a checkpoint; :func:`exit_status` is 130 or
 143); the run directory is locked for its one writer (:class:`~cvae_rosetta.app.rundir.RunLock`);
@@ -41,6 +46,7 @@ from typing import Any
 from cvae_rosetta import files
 from cvae_rosetta.app import (
     checkpoint,
+    distributed,
     evaluate,
     frameworks,
     images,
@@ -55,6 +61,8 @@ from cvae_rosetta.app.trainer import (
     RunKeys,
     TrainResult,
     check_debug_nans,
+    check_run_control,
+    counted,
     train,
 )
 from cvae_rosetta.spec.config import Config
@@ -65,6 +73,7 @@ PROFILE_DIR = "profile"  # the jax.profiler trace of Options.profile_steps, in t
 STOPPED = 128 + signal.SIGINT  # 130: the exit status of a run stopped by Ctrl-C, checkpointed
 TERMINATED = 128 + signal.SIGTERM  # 143: the same for SIGTERM (a scheduler's preemption)
 RUNS_DIR = Path("runs")  # where a command writes when given no directory (default_out)
+MAX_STEPS = "max_steps"  # config.json's key of Options.max_steps, where it was given
 
 
 @dataclass(frozen=True)
@@ -77,14 +86,20 @@ class Options:
     keep_checkpoints: int = checkpoint.DEFAULT_KEEP
     iw_samples: int = evaluate.DEFAULT_IW_SAMPLES  # of the importance-weighted bound
     debug_nans: bool = False  # every step under checkify (serial runs only)
-    progress: bool = True  # a progress bar
+    progress: bool = True  # a progress bar on a terminal, a line per epoch elsewhere (stderr)
     overwrite: bool = False  # replace a previous run directory (one with a config.json)
     latest_good: bool = False  # resume: skip damaged newest checkpoints
     tensorboard: bool = True  # TensorBoard event files in RUN/tb/
     profile_steps: str | tuple[int, int] | None = None  # "A:B": trace steps A..B into RUN/profile/
+    # end the run after this many steps in all (a resumed run's included), as a finished run; the
+    # run's config.json records it and a resume keeps it unless given another (None: the run's)
+    max_steps: int | None = None
+    log_every: int = 0  # also a line every N steps (step, epoch, loss, steps/s); 0: none
+    eval_every: int = 1  # evaluate the test split every N epochs, and always after the last
 
     def check(self, config: Config) -> Options:
         """Refuse bad options before anything is read or written."""
+        check_run_control(self.max_steps, self.log_every, self.eval_every)
         checkpoint.check_options(
             self.checkpoint_every, self.keep_checkpoints, self.checkpoint_every_seconds
         )
@@ -172,6 +187,12 @@ def total_steps(config: Config, dataset: Dataset) -> int:
     return config.train.epochs * steps_per_epoch(config, dataset)
 
 
+def last_step(config: Config, dataset: Dataset, max_steps: int | None) -> int:
+    """The step a run ends at: its epochs' end, or ``max_steps`` where that comes first."""
+    total = total_steps(config, dataset)
+    return total if max_steps is None else min(total, max_steps)
+
+
 def start_devices(config: Config, cluster: Any = None) -> None:
     """Arrange host devices (``train.devices`` on a CPU) and join a distributed run, before
     anything touches a JAX device."""
@@ -212,22 +233,21 @@ def train_and_evaluate(
         config, dataset = fit_to_data(config, given)
         profile = options.profile(Path(workdir))
         if profile is not None:
-            profile.check(0, total_steps(config, dataset))
+            profile.check(0, last_step(config, dataset, options.max_steps))
         keys = RunKeys.from_seed(config.train.seed)
         state = impl.init(keys.init, config)
         # a run that could not be checkpointed is refused before its first step and its first file
         checkpoint.check_checkpointable(impl, state, config)
         agree = cluster.agree if cluster is not None else None
         if not writer:
-            cadence = _cadence(options, stop, agree)
-            result = train(impl, state, config, dataset, keys, progress=False, decide=cadence)
-            outcome = Outcome(Path(workdir), impl.name, dataset.name, config, result)
-            outcome.stopped_by = cadence.stopped_by if result.stopped else 0
-            return outcome
+            return _follow(Path(workdir), impl, state, config, dataset, keys, options, stop, agree)
         # under jax.distributed only process 0 writes, so only it holds the run directory's lock
         with rundir.claim_out_dir(out, overwrite=options.overwrite, command="train"), _in(out):
             with files.writing(rundir.CONFIG_FILE, out / rundir.CONFIG_FILE):
-                rundir.save_config(out, config, command="train", impl=options.impl)
+                limit = {} if options.max_steps is None else {MAX_STEPS: options.max_steps}
+                if cluster is not None:  # the processes a resume goes on as
+                    limit[distributed.PROCESSES_KEY] = cluster.num_processes
+                rundir.save_config(out, config, command="train", impl=options.impl, **limit)
             return _train_into(
                 out, impl, state, config, dataset, keys, options, stop=stop, agree=agree
             )
@@ -238,13 +258,19 @@ def resume(
     options: Options | None = None,
     *,
     changes: Mapping[str, Any] | None = None,
+    join: Any = None,
 ) -> Outcome:
     """Go on with the run in ``workdir`` from its latest checkpoint (bit for bit), with
     ``options.impl`` if given (any implementation: checkpoints are canonical) or the run's own.
+    ``join``: this process's place in a run of several processes
+    (:class:`cvae_rosetta.app.distributed.Place`), which goes on as the same number of processes
+    it was written by, each reading the checkpoint process 0 wrote; only process 0 writes.
 
     ``changes``: config fields to change, as ``{"train.epochs": 60}``; only ``train.epochs``,
     ``train.data_parallel``, ``train.devices`` and ``data.data_dir`` may change, and any other
-    change is refused naming every differing field. ``options.impl`` defaults to the run's own.
+    change is refused naming every differing field. ``options.impl`` defaults to the run's own,
+    ``options.max_steps`` to the one the run's ``config.json`` records (a given one is recorded
+    instead); it may not be below the checkpoint's step.
     """
     options = options or Options(impl="")
     with signals.GracefulStop() as stop:
@@ -252,10 +278,28 @@ def resume(
         config = _changed(opened.config, changes or {}, what=f"the run in {opened.directory}")
         options = dataclasses.replace(options, impl=options.impl or opened.run["impl"])
         options.check(config)
+        options = _kept_max_steps(opened, options)
         impl = frameworks.load(options.impl)
+        cluster = None if join is None else join.resuming(opened.run, config, opened.directory)
+        if cluster is not None and cluster.process_id:  # only process 0 locks and writes
+            return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
         lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
         with lock, _in(opened.directory):
-            return _resume_locked(opened, impl, config, options, changes or {}, stop)
+            return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
+
+
+def _kept_max_steps(opened: resuming.Resume, options: Options) -> Options:
+    """``options`` with the run's ``max_steps`` unless one is given, which the run then records
+    (``config.json`` is written when the resume is ready to go on)."""
+    if options.max_steps is not None:
+        opened.run[MAX_STEPS] = options.max_steps
+        return options
+    stored = opened.run.get(MAX_STEPS)
+    try:
+        check_run_control(max_steps=stored)
+    except ConfigError as err:
+        raise ConfigError(f"{opened.directory / rundir.CONFIG_FILE}: {err}") from None
+    return dataclasses.replace(options, max_steps=stored)
 
 
 @contextlib.contextmanager
@@ -275,16 +319,36 @@ def _resume_locked(
     options: Options,
     changes: Mapping[str, Any],
     stop: signals.GracefulStop,
+    cluster: Any = None,
 ) -> Outcome:
-    start_devices(config)
+    start_devices(config, cluster)
+    if cluster is not None:
+        stop.install()  # again, after jax.distributed took SIGTERM
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
     config, dataset = fit_to_data(config, set(changes))
+    done = opened.checkpoint.progress.position.step
+    if options.max_steps is not None and options.max_steps < done:
+        raise ConfigError(
+            f"max_steps: expected at least {done} (the steps of the checkpoint the run goes on "
+            f"from), got {options.max_steps}"
+        )
     profile = options.profile(opened.directory)
     if profile is not None:
-        profile.check(opened.checkpoint.progress.position.step, total_steps(config, dataset))
+        profile.check(done, last_step(config, dataset, options.max_steps))
     records = opened.check(config, dataset)
     state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
     checkpoint.canonical_state(impl, state)  # and back, as its next checkpoint will: before writing
+    agree = cluster.agree if cluster is not None else None
+    if cluster is not None and cluster.process_id:  # process 0 writes and says what happens
+        keys, start = opened.checkpoint.keys, opened.checkpoint.progress
+        return _follow(
+            opened.directory, impl, state, config, dataset, keys, options, stop, agree,
+            start=start, history=records,
+        )  # fmt: skip
+    if cluster is not None:  # config.json: the processes the run goes on as (none: one)
+        opened.run[distributed.PROCESSES_KEY] = cluster.num_processes
+    else:
+        opened.run.pop(distributed.PROCESSES_KEY, None)
     for step, reason in opened.damaged:
         aside = opened.directory / resuming.DAMAGED_DIR
         print(
@@ -295,12 +359,17 @@ def _resume_locked(
     progress = opened.checkpoint.progress
     position = progress.position
     by = "" if impl.name == opened.checkpoint.impl else f" (written by {opened.checkpoint.impl})"
-    print(
-        f"{impl.name}: resuming {opened.directory} at step {position.step} (epoch "
-        f"{position.epoch + 1}, batch {position.batch}){by}"
-    )
+    print(f"{impl.name}: resuming {opened.directory} at {where(position)}{by}")
     if position.epoch >= config.train.epochs:
-        print(f"  nothing left to train in {config.train.epochs} epochs (train.epochs extends it)")
+        print(
+            f"  nothing left to train in {counted(config.train.epochs, 'epoch')} (train.epochs "
+            "extends it)"
+        )
+    elif options.max_steps is not None and position.step >= options.max_steps:
+        print(
+            f"  nothing left to train: the run ends at max_steps {options.max_steps} (a larger "
+            "max_steps goes on)"
+        )
     return _train_into(
         opened.directory,
         impl,
@@ -310,6 +379,7 @@ def _resume_locked(
         opened.checkpoint.keys,
         options,
         stop=stop,
+        agree=agree,
         start=progress,
         history=records,
     )
@@ -327,6 +397,41 @@ def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config
     config = Config.from_dict(data)
     resuming.refuse_config_changes(stored, config, what=what)
     return config
+
+
+def _follow(
+    workdir: Path,
+    impl: Any,
+    state: Any,
+    config: Config,
+    dataset: Dataset,
+    keys: RunKeys,
+    options: Options,
+    stop: signals.GracefulStop,
+    agree: Any,
+    *,
+    start: Any = None,
+    history: Any = (),
+) -> Outcome:
+    """A process of a run of several other than process 0: the same steps and the same agreed
+    decisions as process 0 (which writes every output and says what happens), writing nothing."""
+    cadence = _cadence(options, stop, agree)
+    result = train(
+        impl,
+        state,
+        config,
+        dataset,
+        keys,
+        progress=False,
+        start=start,
+        history=history,
+        decide=cadence,
+        max_steps=options.max_steps,
+        eval_every=options.eval_every,
+    )
+    outcome = Outcome(workdir, impl.name, dataset.name, config, result)
+    outcome.stopped_by = cadence.stopped_by if result.stopped else 0
+    return outcome
 
 
 def _cadence(options: Options, stop: signals.GracefulStop, agree: Any) -> signals.Cadence:
@@ -363,7 +468,7 @@ def _train_into(
 
     def on_record(record: dict[str, Any]) -> None:
         log(record)
-        if board is not None:
+        if board is not None and _evaluated(record):  # its epoch scalars need the test metrics
             board(record)
 
     try:
@@ -383,6 +488,9 @@ def _train_into(
             debug_nans=options.debug_nans,
             on_epoch=board.pictures if board is not None else None,
             profile=options.profile(out),
+            max_steps=options.max_steps,
+            eval_every=options.eval_every,
+            log_every=options.log_every,
         )
     finally:
         log.close()
@@ -401,6 +509,11 @@ def _train_into(
     return outcome
 
 
+def _evaluated(record: dict[str, Any]) -> bool:
+    """A step record, or an epoch record with the test split's metrics (``eval_every``)."""
+    return record["event"] != "epoch" or "test_loss" in record
+
+
 def _write_outputs(
     outcome: Outcome, impl: Any, dataset: Dataset, keys: RunKeys, options: Options
 ) -> None:
@@ -409,9 +522,9 @@ def _write_outputs(
     with files.writing("the pictures", out):
         rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
         images.metric_panels(
-            {impl.name: rundir.curves_of(result.records)},
+            {impl.name: rundir.curves_of([r for r in result.records if _evaluated(r)])},
             out / rundir.CURVES_FILE,
-            title=f"{impl.name} on {dataset.name}",
+            title=f"{rundir.run_title(out, impl.name, result.records)} on {dataset.name}",
         )
     outcome.summary = {
         "impl": impl.name,
@@ -437,19 +550,29 @@ def describe(outcome: Outcome) -> str:
     final, result, config = outcome.summary, outcome.result, outcome.config
     unit = " in nats" if config.loss.kind == "bernoulli" else ""
     k = outcome.evaluation.get("iw_samples", evaluate.DEFAULT_IW_SAMPLES)
+    epochs, partial = config.train.epochs, bool(final.get("partial"))
+    if partial or final["epoch"] < epochs:  # ended by max_steps
+        place = f"{'in' if partial else 'after'} epoch {final['epoch']} of {epochs}"
+        length = f"{counted(final['step'], 'step')}, ended by max_steps {place}"
+    else:
+        length = f"{counted(epochs, 'epoch')}, {counted(final['step'], 'step')}"
+    speed = (
+        f"{result.steps_per_second:.0f} steps/s"
+        if result.steps
+        else "nothing left to train (no step taken)"
+    )
     return "\n".join(
         [
-            f"{outcome.impl} on {outcome.dataset}: {config.train.epochs} epochs, "
-            f"{final['step']} steps, {result.steps_per_second:.0f} steps/s, first compile "
+            f"{outcome.impl} on {outcome.dataset}: {length}, {speed}, first compile "
             f"{result.compile_seconds:.2f} s",
             f"  loss = the training objective (recon + beta * kl, beta {config.loss.beta:g}, one "
-            f"posterior sample per example{unit}), last epoch:",
+            f"posterior sample per example{unit}), last epoch{' (partial)' if partial else ''}:",
             f"  train loss {final['train_loss']:.3f} (mean over the epoch's steps)   test loss "
             f"{final['test_loss']:.3f} (mean over the test split; recon {final['test_recon']:.3f},"
             f" kl {final['test_kl']:.3f})",
             f"  bounds on the test split's negative log-likelihood (Bernoulli, in nats; final "
-            f"parameters; beta 1; {k} posterior samples per example): -elbo = recon + kl averaged"
-            f" over the samples; -iwae = the importance-weighted bound, tighter",
+            f"parameters; beta 1; {counted(k, 'posterior sample')} per example): -elbo = recon + kl"
+            " averaged over the samples; -iwae = the importance-weighted bound, tighter",
             evaluate.describe(outcome.evaluation),
             f"  wrote {outcome.workdir}/: {' '.join(outcome.written)}",
         ]
@@ -460,23 +583,53 @@ def describe_stop(outcome: Outcome, resume_command: Callable[[Path], str]) -> st
     """The line for a run stopped by a signal: where it stopped and how to go on."""
     position = outcome.result.progress.position
     name = signal.Signals(outcome.stopped_by).name
-    where = (
-        f"step {position.step} (epoch {position.epoch + 1}, batch {position.batch})"
+    at = (
+        where(position)
         if outcome.result.stopped
         else f"the last step, {position.step}, before its final outputs were all written"
     )
     return (
-        f"{outcome.impl} stopped by {name} at {where}, checkpoint written; go on with: "
+        f"{outcome.impl} stopped by {name} at {at}, checkpoint written; go on with: "
         f"{resume_command(outcome.workdir)}"
     )
+
+
+def where(position: Any) -> str:
+    """A run's position (a :class:`~cvae_rosetta.app.trainer.Position`) in the terms of its
+    ``metrics.jsonl``, whose last epoch record is the last complete epoch: ``step 440 (the end of
+    epoch 20)``, ``step 445 (5 batches into epoch 21, after epoch 20)``, ``step 0 (before epoch
+    1)``."""
+    step, epoch, batch = position.step, position.epoch, position.batch
+    if batch:
+        after = f", after epoch {epoch}" if epoch else ""
+        return f"step {step} ({counted(batch, 'batch', 'batches')} into epoch {epoch + 1}{after})"
+    return f"step {step} (the end of epoch {epoch})" if epoch else f"step {step} (before epoch 1)"
 
 
 def describe_write_failure(err: files.WriteFailed, resume_command: Callable[[Path], str]) -> str:
     """The line for a run the disk stopped: which file, what it was, and how to go on."""
     line = f"could not write {err.path} ({err.what}): {err.reason}"
-    if err.workdir is not None and checkpoint.has_checkpoints(err.workdir):
+    workdir = err.workdir
+    if workdir is not None and checkpoint.has_checkpoints(workdir):
         return (
             f"{line}; the checkpoints written before it are intact; once the disk can be written "
-            f"again, go on with: {resume_command(err.workdir)}"
+            f"again, go on with: {resume_command(workdir)}"
         )
-    return f"{line}; no checkpoint was written: start the run again once the disk can be written"
+    again = "once the disk can be written again, run the same command"
+    if workdir is None:  # before a run directory was claimed, or another command's output
+        return (
+            f"{line}; {again}, adding --overwrite if its output directory is then refused as not "
+            "empty"
+        )
+    left = [p.name for p in Path(workdir).iterdir()] if Path(workdir).is_dir() else []
+    if not [name for name in left if name != rundir.LOCK_FILE]:
+        return f"{line}; no checkpoint was written and {workdir} is empty: {again}"
+    if (Path(workdir) / rundir.CONFIG_FILE).is_file():
+        return (
+            f"{line}; no checkpoint was written, so --resume has nothing to go on from: {again} "
+            f"with --overwrite (it replaces what this run wrote in {workdir})"
+        )
+    return (
+        f"{line}; no checkpoint was written: remove {workdir} (it holds no run to resume or "
+        f"replace), then {again}"
+    )

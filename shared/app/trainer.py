@@ -5,7 +5,8 @@ device; each epoch is one on-device shuffle and gather, then one compiled call p
 its batch, derives its key and runs the implementation's step on a donated state (its
 ``grads_fn`` then ``apply_gradients``, which is its ``train_step`` with the gradient in view, where
 it has one; its ``train_step`` otherwise). The test split is evaluated after every epoch with a
-fixed key, so evaluations are comparable across epochs and across implementations.
+fixed key, so evaluations are comparable across epochs and across implementations
+(``eval_every``: every so many epochs, and always after the last).
 
 A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch, the epoch's step
 metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
@@ -17,6 +18,16 @@ where the step sees the gradient (any implementation with a ``grads_fn`` or a ``
 a state with ``apply_gradients``, in every data-parallel mode it runs: ``parallel.epoch_step``),
 ``grad_norm``, the global norm of the gradient before clipping.
 ``profile`` traces chosen steps with ``jax.profiler`` (:class:`ProfileSteps`).
+
+``max_steps`` ends a run after that many steps in all (a resumed run's included), as a finished
+run: where it falls inside an epoch, that epoch's steps so far make a last, partial epoch record
+(``"partial": true``), after the run's final checkpoint, so that a resume cuts it away and goes on
+exactly as an uninterrupted run. It changes nothing else: the learning-rate schedule still spans
+``train.epochs``.
+
+What a run shows as it goes (:class:`_Report`, on stderr): a progress bar where one can be drawn
+(:func:`on_terminal`), one plain line per epoch anywhere else, and a line every ``log_every``
+steps.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -157,6 +169,7 @@ class TrainResult:
     steps_per_second: float  # steady state, compilation and evaluation excluded
     progress: Progress | None = None  # where the run stands now
     stopped: bool = False  # stopped early on request (should_stop), after a checkpoint
+    steps: int = 0  # steps taken by this call (0: a resumed run with nothing left to train)
 
     def epochs(self) -> list[Record]:
         return [r for r in self.records if r["event"] == "epoch"]
@@ -193,6 +206,25 @@ def check_debug_nans(debug_nans: bool, config: Config) -> None:
         )
 
 
+def check_run_control(max_steps: Any = None, log_every: Any = 0, eval_every: Any = 1) -> None:
+    """``max_steps`` (``None``, or an integer >= 1), ``log_every`` (an integer >= 0; 0: no step
+    lines) and ``eval_every`` (an integer >= 1), refused naming the field."""
+    for name, value, least in (
+        ("max_steps", max_steps, 1),
+        ("log_every", log_every, 0),
+        ("eval_every", eval_every, 1),
+    ):
+        if value is None and name == "max_steps":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name}: expected an integer >= {least}, got {value!r}")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 epoch``, ``2 epochs``, ``0 batches`` (with ``plural`` given)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
     """Stop on the step whose ``checkify`` error says an operation made a NaN."""
     message = error.get()
@@ -207,6 +239,22 @@ def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
         )
 
 
+def on_terminal(stream: Any = None) -> bool:
+    """Whether a progress bar belongs on ``stream`` (default: stderr as it is now): a terminal, or
+    a notebook (where tqdm draws a widget). Anywhere else (a file, a pipe, a CI log) its
+    carriage-return frames would pile up, so the run prints plain lines there instead."""
+    from tqdm.asyncio import tqdm as console
+    from tqdm.auto import tqdm
+
+    if tqdm is not console:  # tqdm.auto chose the notebook's widget
+        return True
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
 def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
     from tqdm.auto import tqdm
 
@@ -219,6 +267,73 @@ def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
         leave=True,
         dynamic_ncols=True,
     )
+
+
+class _Report:
+    """What a run shows on stderr as it goes. With ``progress``: a progress bar where one can be
+    drawn (:func:`on_terminal`), else one line per epoch; either way (``progress`` or not) a line
+    every ``log_every`` steps (0: none), printed above the bar where there is one."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        total: int,
+        epochs: int,
+        start: Progress,
+        progress: bool,
+        log_every: int,
+    ) -> None:
+        self.name, self.total, self.epochs, self.log_every = name, total, epochs, log_every
+        drawn = bool(progress) and on_terminal()
+        initial = start.position.step
+        self.bar = _progress(total, name, drawn, initial)
+        self.drawn, self.lines = drawn, bool(progress) and not drawn
+        self.last = (initial, time.perf_counter())  # the step and time of the last step line
+        self.since = (initial, start.seconds)  # the step and training seconds of the last epoch
+
+    def step(self, t: int, epoch: int, i: int, num_batches: int, metrics: Any) -> None:
+        """Step ``t`` (counted from 1), batch ``i`` of epoch ``epoch`` (from 0), just dispatched."""
+        self.bar.update(1)
+        if self.drawn and (i % 10 == 9 or i == num_batches - 1):
+            loss = f"{float(metrics['loss']):.3f}"
+            self.bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
+        if self.log_every and t % self.log_every == 0:
+            loss = float(metrics["loss"])  # waits for the step
+            now = time.perf_counter()
+            rate = (t - self.last[0]) / (now - self.last[1]) if now > self.last[1] else 0.0
+            self.last = (t, now)
+            self._line(
+                f"{self.name}: step {t}/{self.total}, epoch {epoch + 1}/{self.epochs}, loss "
+                f"{loss:.3f}, {rate:.0f} steps/s (since the previous line)"
+            )
+
+    def epoch(self, record: Record, steps: int) -> None:
+        """An epoch's record (``steps``: those of a whole epoch), as one line where no bar is
+        drawn; its steps/s count training time only, as the record's ``seconds`` do."""
+        (step, seconds), self.since = self.since, (record["step"], record["seconds"])
+        if not self.lines:
+            return
+        head = f"{self.name}: epoch {record['epoch']}/{self.epochs}"
+        if record.get("partial"):
+            done = record["step"] - (record["epoch"] - 1) * steps
+            head += f" (partial: {done} of its {counted(steps, 'step')})"
+        words = [head, f"step {record['step']}/{self.total}"]
+        words.append(f"train loss {record['train_loss']:.3f}")
+        if "test_loss" in record:
+            words.append(f"test loss {record['test_loss']:.3f}")
+        if record["step"] > step and record["seconds"] > seconds:
+            words.append(f"{(record['step'] - step) / (record['seconds'] - seconds):.0f} steps/s")
+        self._line(", ".join(words))
+
+    def _line(self, text: str) -> None:
+        if self.drawn:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def train(
@@ -239,8 +354,12 @@ def train(
     debug_nans: bool = False,
     on_epoch: Callable[[Any, Record], None] | None = None,
     profile: ProfileSteps | None = None,
+    max_steps: int | None = None,
+    eval_every: int = 1,
+    log_every: int = 0,
 ) -> TrainResult:
-    """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``.
+    """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``, or until step
+    ``max_steps`` (counted over the whole run, resumed or not) where that comes first.
 
     ``on_record`` receives every record as it is made (the CLI appends them to ``metrics.jsonl``,
     so a run that is stopped keeps what it had). Raises :class:`TrainingDiverged` naming the step
@@ -262,7 +381,13 @@ def train(
 
     ``on_epoch(state, record)`` receives the single-device state after each epoch's record (for
     pictures of the model as it trains). ``profile``: steps to trace (:class:`ProfileSteps`).
+
+    ``eval_every``: the test split is evaluated (the epoch record's ``test_*``) every so many
+    epochs, and always at the run's end. ``progress``: a progress bar where one can be drawn
+    (:func:`on_terminal`), a line per epoch elsewhere; ``log_every``: a line every so many steps
+    too (0: none). Both on stderr.
     """
+    check_run_control(max_steps, log_every, eval_every)
     run = _Training(
         impl,
         config,
@@ -277,17 +402,20 @@ def train(
         decide=decide,
         on_epoch=on_epoch,
         profile=profile,
+        max_steps=max_steps,
+        eval_every=eval_every,
     )
-    run.begin(state, progress=progress, desc=desc)
+    run.begin(state, progress=progress, desc=desc, log_every=log_every)
     return run.run()
 
 
 class _Training:
     """One call of :func:`train`, a method per phase: :meth:`begin` (start or resume: the state
     placed, the step compiled), :meth:`run` (the epochs, each :meth:`_epoch`: its steps, its record,
-    the checkpoints due), :meth:`_checkpoint`, :meth:`_stop` (a stop asked for, after a checkpoint)
-    and :meth:`_end`. Every key, write and record comes in the same order in every run, so a
-    resumed run repeats the records of an uninterrupted one."""
+    the checkpoints due; :meth:`_partial_end` where ``max_steps`` falls inside it),
+    :meth:`_checkpoint`, :meth:`_stop` (a stop asked for, after a checkpoint) and :meth:`_end`.
+    Every key, write and record comes in the same order in every run, so a resumed run repeats the
+    records of an uninterrupted one."""
 
     def __init__(
         self,
@@ -305,6 +433,8 @@ class _Training:
         decide: Callable[[int, bool], tuple[bool, bool]] | None,
         on_epoch: Callable[[Any, Record], None] | None,
         profile: ProfileSteps | None,
+        max_steps: int | None = None,
+        eval_every: int = 1,
     ) -> None:
         """Check the run before anything is placed on a device or compiled."""
         self.impl, self.config, self.dataset, self.keys = impl, config, dataset, keys
@@ -330,10 +460,15 @@ class _Training:
                 f"{first.batch}"
             )
         self.decide = decide or (lambda t, boundary: (False, False))
+        # the run's last step: its epochs' end, or max_steps where that comes first
+        self.limit = self.epochs * self.num_batches
+        if max_steps is not None:
+            self.limit = min(self.limit, max_steps)
+        self.eval_every = eval_every
 
     # --- start or resume --------------------------------------------------------------------------
 
-    def begin(self, state: Any, *, progress: bool, desc: str | None) -> None:
+    def begin(self, state: Any, *, progress: bool, desc: str | None, log_every: int = 0) -> None:
         """Place ``state``, load the first epoch's data, compile the step (timed) and open the
         progress bar, at the run's start or where it resumes."""
         first, impl = self.first, self.impl
@@ -348,7 +483,14 @@ class _Training:
         self.compile_seconds = time.perf_counter() - begin
         self.eval_loss = jax.jit(impl.loss)
         name = desc or getattr(impl, "name", "train")
-        self.bar = _progress(self.epochs * self.num_batches, name, progress, first.step)
+        self.report = _Report(
+            name,
+            total=self.limit,
+            epochs=self.epochs,
+            start=self.start,
+            progress=progress,
+            log_every=log_every,
+        )
         self.t = first.step
         self.train_seconds = self.start.seconds
         self.session_seconds = 0.0
@@ -366,11 +508,15 @@ class _Training:
                 self._checkpoint(self.first.epoch, self.first.batch)
                 return self._result(self.start, stopped=True)
             for epoch in range(self.first.epoch, self.epochs):
+                # the run's last step reached; a resume at max_steps inside an epoch makes that
+                # epoch's partial record again (its resume cut it away)
+                if self.t >= self.limit and not (epoch == self.first.epoch and self.first.batch):
+                    break
                 stopped = self._epoch(epoch)
                 if stopped is not None:
                     return stopped
         finally:
-            self.bar.close()
+            self.report.close()
             if self.tracing:  # stopped inside the traced steps: what was traced so far
                 self.profile.stop()
         return self._end()
@@ -393,7 +539,12 @@ class _Training:
         if epoch != self.first.epoch:
             self.done = []
         stopped = self._steps(epoch)
-        return stopped if stopped is not None else self._epoch_end(epoch)
+        if stopped is not None:
+            return stopped
+        if self.t < (epoch + 1) * self.num_batches:  # max_steps, inside the epoch
+            self._partial_end(epoch)
+            return None
+        return self._epoch_end(epoch)
 
     def _steps(self, epoch: int) -> TrainResult | None:
         """The epoch's steps left, and the checkpoints due between them; the result if the run
@@ -401,8 +552,10 @@ class _Training:
         jax.block_until_ready((self.xs, self.cs))
         self.tick = time.perf_counter()
         for i in range(self.first.batch if epoch == self.first.epoch else 0, self.num_batches):
+            if self.t >= self.limit:
+                break
             self._step(epoch, i)
-            if i == self.num_batches - 1:
+            if i == self.num_batches - 1 or self.t >= self.limit:
                 break
             save, stop = self.decide(self.t, False)
             if save:
@@ -437,10 +590,7 @@ class _Training:
         # stops the run before the next one is even recorded.
         if len(self.pending) > 1 and not bool(self.pending[-2]["finite"]):
             self._flush(epoch)
-        self.bar.update(1)
-        if i % 10 == 9 or i == self.num_batches - 1:
-            loss = f"{float(metrics['loss']):.3f}"
-            self.bar.set_postfix(epoch=epoch + 1, loss=loss, refresh=False)
+        self.report.step(self.t, epoch, i, self.num_batches, metrics)
 
     def _flush(self, epoch: int) -> None:
         """Record the pending steps (after checking that their metrics are finite)."""
@@ -471,42 +621,56 @@ class _Training:
             self.done.append(tuple(values[name] for name in METRICS))
 
     def _epoch_end(self, epoch: int) -> TrainResult | None:
-        """The epoch's record (train means, the test split evaluated), then the checkpoint at its
-        end if due (always after the last epoch); the result if the run stops there."""
+        """The epoch's record (train means, the test split evaluated if due), then the checkpoint
+        at its end if due (always after the run's last epoch); the result if the run stops
+        there."""
         self._flush(epoch)
         self._count_seconds()
-        done = self.done
-        train_means = {
-            f"train_{n}": float(np.mean([m[k] for m in done])) for k, n in enumerate(METRICS)
-        }
-        test = evaluate(
-            self.impl,
-            self.plan.local_state(self.state),
-            self.dataset.test,
-            self.keys.eval,
-            batch_size=self.eval_batch_size,
-            loss=self.eval_loss,
-        )
-        self._record(
-            {
-                "event": "epoch",
-                "epoch": epoch + 1,
-                "step": self.t,
-                **train_means,
-                **{f"test_{n}": v for n, v in test.items()},
-                "seconds": self.train_seconds,
-            }
-        )
+        last = epoch == self.epochs - 1 or self.t >= self.limit
+        self._epoch_record(epoch, test=last or (epoch + 1) % self.eval_every == 0)
         self.done = []
-        if self.on_epoch is not None:
-            self.on_epoch(self.plan.local_state(self.state), self.records[-1])
         save, stop = self.decide(self.t, True)
-        if save or epoch == self.epochs - 1:
+        if save or last:
             self._checkpoint(epoch + 1, 0)
             stop = stop or self.decide(self.t, True)[1]  # asked during the checkpoint
-        if stop and epoch < self.epochs - 1:
+        if stop and not last:
             return self._stop(epoch + 1, 0)
         return None
+
+    def _partial_end(self, epoch: int) -> None:
+        """The run's end at ``max_steps``, inside epoch ``epoch``: the final checkpoint (there, with
+        the epoch's steps so far, as a stop makes it), then the epoch's partial record (made after
+        the checkpoint, so that a resume cuts it away and makes the epoch's whole record)."""
+        self._flush(epoch)
+        self._count_seconds()
+        self._checkpoint(epoch, self.t - epoch * self.num_batches)
+        self._epoch_record(epoch, test=True, partial=True)
+
+    def _epoch_record(self, epoch: int, *, test: bool, partial: bool = False) -> None:
+        """The record of epoch ``epoch``'s steps so far (train means; the test split's metrics if
+        ``test``), then ``on_epoch`` and the line of the epoch."""
+        done = self.done
+        record: Record = {"event": "epoch", "epoch": epoch + 1, "step": self.t}
+        record.update(
+            {f"train_{n}": float(np.mean([m[k] for m in done])) for k, n in enumerate(METRICS)}
+        )
+        if test:
+            metrics = evaluate(
+                self.impl,
+                self.plan.local_state(self.state),
+                self.dataset.test,
+                self.keys.eval,
+                batch_size=self.eval_batch_size,
+                loss=self.eval_loss,
+            )
+            record.update({f"test_{n}": v for n, v in metrics.items()})
+        record["seconds"] = self.train_seconds
+        if partial:
+            record["partial"] = True
+        self._record(record)
+        if self.on_epoch is not None:
+            self.on_epoch(self.plan.local_state(self.state), record)
+        self.report.epoch(record, self.num_batches)
 
     def _record(self, event: Record) -> None:
         self.records.append(event)
@@ -535,12 +699,13 @@ class _Training:
         return self._result(self._now(epoch, batch), stopped=True)
 
     def _end(self) -> TrainResult:
-        """Every epoch done (or none left to do)."""
-        end = Position(self.t, max(self.first.epoch, self.epochs), 0)
-        return self._result(Progress(end, (), len(self.records), self.train_seconds))
+        """Every epoch done, or ``max_steps`` reached (or nothing left to do)."""
+        return self._result(self._now(*divmod(self.t, self.num_batches)))
 
     def _result(self, position: Progress, stopped: bool = False) -> TrainResult:
         steps = self.t - self.first.step
         rate = steps / self.session_seconds if self.session_seconds else 0.0
         state = self.plan.local_state(self.state)
-        return TrainResult(state, self.records, self.compile_seconds, rate, position, stopped)
+        return TrainResult(
+            state, self.records, self.compile_seconds, rate, position, stopped, steps=steps
+        )

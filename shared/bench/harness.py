@@ -29,6 +29,7 @@ import dataclasses
 import math
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -440,15 +441,23 @@ def paths_of(impl: Any) -> dict[str, Callable | None]:
 
 
 class _Progress:
+    """A bar on a terminal (``app.trainer.on_terminal``), else a plain line per stage on stderr."""
+
     def __init__(self, total: int, enabled: bool) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc="cvae bench", disable=not enabled, dynamic_ncols=True)
-        self.stage = ""
+        from cvae_rosetta.app.trainer import on_terminal
+
+        drawn = enabled and on_terminal()
+        self.bar = tqdm(total=total, desc="cvae bench", disable=not drawn, dynamic_ncols=True)
+        self.stage, self.shown, self.done, self.lines = "", "", 0, enabled and not drawn
 
     def tick(self, what: str = "") -> None:
         self.bar.set_postfix_str(f"{self.stage} {what}".strip(), refresh=False)
         self.bar.update(1)
+        if self.lines and self.stage != self.shown:
+            print(f"cvae bench: {self.stage} ({self.done}/{self.bar.total} done)", file=sys.stderr)
+        self.shown, self.done = self.stage, self.done + 1
 
 
 def _work(settings: Settings, impls: dict[str, Any]) -> int:
