@@ -610,6 +610,8 @@ def _resume_command(run_dir: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        return _resume_compare(args)
     resolved = resolve_config(args)
     if args.print_config:
         return print_config(resolved, "compare")
@@ -619,17 +621,57 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _check_impl_names(names)
     _check_data_dir(resolved)
     _start_jax(args)
-    from cvae_rosetta.app import compare, train
+    from cvae_rosetta.app import compare, evaluate, train
 
-    rows, dataset, out = compare.compare(
-        config,
-        args.out or train.default_out("compare"),
-        names,
-        given=given,
-        iw_samples=args.iw_samples,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-    )
+    iw_samples = evaluate.DEFAULT_IW_SAMPLES if args.iw_samples is None else args.iw_samples
+    try:
+        rows, dataset, out = compare.compare(
+            config,
+            args.out or train.default_out("compare"),
+            names,
+            given=given,
+            iw_samples=iw_samples,
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+    except compare.Stopped as stopped:
+        print(f"cvae: {stopped.describe()}", file=sys.stderr)
+        return 128 + stopped.signum
+    _print_comparison(rows, dataset, out, config)
+    return 0
+
+
+def _resume_compare(args: argparse.Namespace) -> int:
+    """``cvae compare --resume DIR``: the comparison's own config, implementations and options."""
+    for flag, value in (
+        *(("--config", args.config), ("--print-config", args.print_config or None)),
+        *(("--impls", args.impls), ("--out", args.out), ("--overwrite", args.overwrite or None)),
+        ("--iw-samples", args.iw_samples),
+        *((flag, getattr(args, _dest(flag))) for flag in FLAGS),
+    ):
+        if value is not None:
+            raise ConfigError(
+                f"{flag}: expected none with --resume (the comparison in {args.resume} keeps its "
+                f"own config, implementations and options), got {value!r}"
+            )
+    _start_jax(args)
+    from cvae_rosetta.app import compare
+
+    try:
+        rows, dataset, out, config = compare.resume(args.resume, progress=not args.no_progress)
+    except compare.Stopped as stopped:
+        print(f"cvae: {stopped.describe()}", file=sys.stderr)
+        return 128 + stopped.signum
+    if rows is None:
+        print(f"{out}: the comparison is complete (summary.json is written): nothing left to do")
+        return 0
+    _print_comparison(rows, dataset, out, config)
+    return 0
+
+
+def _print_comparison(rows: list[dict[str, Any]], dataset: Any, out: Path, config: Any) -> None:
+    from cvae_rosetta.app import compare
+
     print()
     print(
         f"{dataset.name}: {len(rows)} implementations, {config.train.epochs} epochs, batch "
@@ -642,7 +684,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"wrote {out}/: curves.png samples.png summary.md summary.json and one folder per "
         "implementation"
     )
-    return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -763,6 +804,13 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 help="comma-separated names or module:attribute [every installed one]",
             )
+            p.add_argument(
+                "--resume",
+                default=None,
+                metavar="DIR",
+                help="finish the comparison in DIR that a signal stopped (its own config, "
+                "implementations and options; the finished ones are kept)",
+            )
         p.add_argument(
             "--out",
             default=None,
@@ -772,6 +820,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         _add_iw_samples(p)
+        if name == "compare":
+            p.set_defaults(iw_samples=None)  # given or not: --resume refuses it
         _add_config_flags(p)
         _add_jax_flags(p)
         if name == "train":
@@ -1144,8 +1194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_paths(args)
         _check_jax_flags(args)
         return args.func(args)
-    except CvaeError as err:
-        print(f"cvae: error: {in_flags(str(err))}", file=sys.stderr)
+    except CvaeError as err:  # files.say: on stderr even after a full disk silenced fd 2
+        files.say(f"cvae: error: {in_flags(str(err))}")
         return REFUSED
     except RuntimeError as err:  # JAX refusing --platform when it starts (no such device here)
         if (line := _platform_unavailable(err, args)) is None:
@@ -1155,19 +1205,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except files.WriteFailed as err:
         from cvae_rosetta.app.train import describe_write_failure
 
-        print(f"cvae: error: {describe_write_failure(err, _resume_command)}", file=sys.stderr)
-        files.silence_stderr()  # the failed save's threads may still print as the process ends
+        files.silence_stderr()  # a failed library's threads may print until the process ends
+        files.say(f"cvae: error: {describe_write_failure(err, _resume_command)}")
         return WRITE_FAILED
     except OSError as err:  # a disk that fills up or turns read-only while a command writes
         where = err.filename or "an output file"
-        print(
+        if files.disk_error(err):
+            files.silence_stderr()
+        files.say(
             f"cvae: error: could not write {where}: {err.strerror or err}; every file written "
-            "before it is complete (each is written to a temporary name, then renamed)",
-            file=sys.stderr,
+            "before it is complete (each is written to a temporary name, then renamed)"
         )
         return WRITE_FAILED if files.disk_error(err) else REFUSED
     except KeyboardInterrupt:
-        print("cvae: interrupted", file=sys.stderr)
+        files.say("cvae: interrupted")
         return 130
 
 

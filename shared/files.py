@@ -206,7 +206,11 @@ def stderr_held() -> Iterator[None]:
     """Hold what the block writes to file descriptor 2 (threads and C code included) and write it
     out after, unless the block fails with a disk error: a library that fails to write (Orbax,
     TensorStore) logs and prints tracebacks from its threads, which :class:`WriteFailed` sums up
-    in one line."""
+    in one line. Its threads go on after the failure (TensorStore's writes still in flight call
+    back into Orbax's event loop, closed by then, and print ``RuntimeError: Event loop is closed``
+    at any moment), so after a disk error file descriptor 2 stays silenced for the rest of the
+    process (:func:`silence_stderr`), where it is the process's own: :func:`say` still reaches it.
+    """
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -219,9 +223,13 @@ def stderr_held() -> Iterator[None]:
             raise
         finally:
             sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            if failure is None or disk_error(failure) is None:
+            failed = failure is not None and disk_error(failure) is not None
+            if failed and _own_stderr():
+                _silence(saved)  # what the failed library's threads print from now on goes too
+            else:
+                os.dup2(saved, 2)
+                os.close(saved)
+            if not failed:
                 held.seek(0)
                 text = held.read()
                 if text:
@@ -229,12 +237,43 @@ def stderr_held() -> Iterator[None]:
                     os.write(2, text)
 
 
+# the process's own stderr, kept once silence_stderr sent file descriptor 2 to the null device
+_REAL_STDERR: list[int] = []
+
+
+def _own_stderr() -> bool:
+    """Whether ``sys.stderr`` is the process's own (file descriptor 2), not a test's capture."""
+    return sys.__stderr__ is not None and sys.stderr is sys.__stderr__
+
+
+def _silence(real: int) -> None:
+    """File descriptor 2 to the null device; ``real`` (a descriptor of the process's stderr, now
+    owned here) kept for :func:`say`, or closed if one is kept already."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    if _REAL_STDERR:
+        os.close(real)
+    else:
+        _REAL_STDERR.append(real)
+
+
 def silence_stderr() -> None:
-    """Send file descriptor 2 to the null device: what a failed library's threads still print
-    while the process ends is not the process's to say (only when the process's own stderr is in
-    place, not a test's capture)."""
-    if sys.stderr is sys.__stderr__:
+    """Send file descriptor 2 to the null device for the rest of the process: what a failed
+    library's threads still print while the process ends is not the process's to say (only when
+    the process's own stderr is in place, not a test's capture). The process's own last line goes
+    through :func:`say`, which writes to a copy of the real stderr kept here."""
+    if _own_stderr() and not _REAL_STDERR:
         sys.stderr.flush()
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)
-        os.close(null)
+        _silence(os.dup(2))
+
+
+def say(line: str) -> None:
+    """``line`` (and a newline) on the process's stderr: where :func:`silence_stderr` kept it
+    once it silenced file descriptor 2, else on ``sys.stderr``."""
+    if not _REAL_STDERR:
+        print(line, file=sys.stderr, flush=True)
+        return
+    data = (line + "\n").encode(sys.stderr.encoding or "utf-8", "backslashreplace")
+    while data:
+        data = data[os.write(_REAL_STDERR[0], data) :]

@@ -233,6 +233,7 @@ def test_a_run_is_titled_with_every_implementation_that_trained_it(tmp_path):
     assert title([{"step": 88, "impl": "keras", "from": "pure_jax"}], "keras") == "pure_jax"
 
 
+@pytest.mark.needs_flax  # resumed in Flax Linen: the flax environment runs it
 def test_a_resumed_run_draws_its_curves_under_both_names_and_leaves_no_lock(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert main(["train", *TINY, "--out", str(out)]) == 0

@@ -5,12 +5,21 @@ and handed to each implementation through ``from_canonical``; every implementati
 same batches in the same order and the same step keys. Whatever differs at the end is the
 frameworks' arithmetic, which the table reports as the largest parameter difference from the
 reference.
+
+SIGINT and SIGTERM stop a comparison with :class:`Stopped` (the implementation training stops once
+a checkpoint is written; one whose final outputs are being written has its final checkpoint);
+:func:`resume` finishes it, keeping the implementations that have their row (``summary.json`` in
+their folder), so that its table equals an uninterrupted comparison's but for the timings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import re
+import shutil
+import signal
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +28,7 @@ import jax
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import evaluate, frameworks, images
+from cvae_rosetta.app import checkpoint, evaluate, frameworks, images, resuming, rundir, signals
 from cvae_rosetta.app.data import Dataset
 from cvae_rosetta.app.rundir import (
     MetricsLog,
@@ -29,12 +38,13 @@ from cvae_rosetta.app.rundir import (
     summary_table,
     write_pictures,
 )
-from cvae_rosetta.app.trainer import RunKeys, train
+from cvae_rosetta.app.trainer import RunKeys, TrainResult, train
 from cvae_rosetta.spec import canonical, protocol
 from cvae_rosetta.spec.config import Config
-from cvae_rosetta.spec.errors import ConfigError
+from cvae_rosetta.spec.errors import CheckpointError, ConfigError
 
 REFERENCE = "pure_jax"
+ROW_FILE = rundir.SUMMARY_FILE  # in each implementation's folder: its row, written last
 
 COLUMNS = [
     ("impl", "impl", "{}"),
@@ -97,7 +107,6 @@ def compare(
     Everything (the names, the reference, the data, ``workdir``) is checked before anything is
     written; ``given`` as in :func:`cvae_rosetta.app.train.fit_to_data`.
     """
-    from cvae_rosetta.app import rundir
     from cvae_rosetta.app.train import fit_to_data, start_devices
 
     evaluate.check_iw_samples(iw_samples)
@@ -106,12 +115,89 @@ def compare(
         raise ConfigError("impls: expected at least one implementation name, got none")
     for name in [*names, REFERENCE]:
         frameworks.load(name)
-    start_devices(config)
-    config, dataset = fit_to_data(config, given)
-    out = rundir.check_out_dir(workdir, overwrite=overwrite)
-    rundir.make_out_dir(out, overwrite=overwrite)
-    rows = run(names, config, dataset, out, progress=progress, iw_samples=iw_samples)
+    with signals.GracefulStop() as stop:  # start-up included: it stops before the first one
+        start_devices(config)
+        config, dataset = fit_to_data(config, given)
+        out = rundir.check_out_dir(workdir, overwrite=overwrite)
+        rundir.make_out_dir(out, overwrite=overwrite)
+        rows = run(names, config, dataset, out, progress=progress, iw_samples=iw_samples, stop=stop)
     return rows, dataset, out
+
+
+class Stopped(KeyboardInterrupt):
+    """A comparison stopped by a signal: what finished, what was stopped (and at which step its
+    checkpoint is), and how to go on (``cvae compare --resume DIR``)."""
+
+    def __init__(
+        self, signum: int, out: Path, finished: list[str], stopped: str | None, at: str, left: list
+    ) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.out, self.finished, self.stopped = signum, out, finished, stopped
+        self.at, self.left = at, left
+
+    def describe(self) -> str:
+        """The one line ``cvae compare`` prints when stopped."""
+        name = signal.Signals(self.signum).name
+        parts = [f"finished: {', '.join(self.finished) or 'none'}"]
+        if self.stopped is not None:
+            parts.append(f"{self.stopped} stopped at {self.at}")
+        if self.left:
+            parts.append(f"not started: {', '.join(self.left)}")
+        return (
+            f"compare stopped by {name} ({'; '.join(parts)}); go on with: "
+            f"cvae compare --resume {self.out}"
+        )
+
+
+def resume(
+    workdir: str | Path, *, progress: bool = True
+) -> tuple[list[dict[str, Any]] | None, Dataset | None, Path, Config]:
+    """Finish the comparison in ``workdir`` that a signal stopped: each implementation without its
+    row goes on from its checkpoint (bit for bit) or starts from the shared initial parameters;
+    then the combined outputs. The config, the implementations and ``iw_samples`` are the
+    comparison's own (its ``config.json``). ``None`` rows: it was complete, nothing was changed."""
+    from cvae_rosetta.app.train import fit_to_data, start_devices
+
+    out, record, config = read_comparison(workdir)
+    if (out / "summary.json").is_file():
+        return None, None, out, config
+    names = list(record["impls"])
+    for name in [*names, REFERENCE]:
+        frameworks.load(name)
+    iw_samples = record.get("iw_samples", evaluate.DEFAULT_IW_SAMPLES)
+    lock = rundir.RunLock.acquire(out, command="compare --resume", field="resume")
+    with lock, signals.GracefulStop() as stop:
+        start_devices(config)
+        config, dataset = fit_to_data(config)
+        rows = run(
+            names, config, dataset, out, progress=progress, iw_samples=iw_samples, resume=True,
+            stop=stop,
+        )  # fmt: skip
+    return rows, dataset, out, config
+
+
+def read_comparison(workdir: str | Path) -> tuple[Path, dict[str, Any], Config]:
+    """A ``cvae compare`` directory: its path, its ``config.json`` and its config."""
+    path = Path(workdir).expanduser()
+    marker = path / rundir.CONFIG_FILE
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        got = "no config.json" if isinstance(err, FileNotFoundError) else type(err).__name__
+        raise CheckpointError(
+            f"resume: expected a cvae compare directory holding config.json, got {path} ({got})"
+        ) from None
+    impls = record.get("impls") if isinstance(record, dict) else None
+    if record.get("command") != "compare" or not isinstance(impls, list) or "config" not in record:
+        raise CheckpointError(
+            f"resume: expected a cvae compare directory (its config.json naming its "
+            f"implementations), got {path} (for a cvae train run: cvae train --resume)"
+        )
+    try:
+        config = Config.from_dict(record["config"])
+    except ConfigError as err:
+        raise ConfigError(f"{marker}: {err}") from err
+    return path, record, config
 
 
 def run(
@@ -122,68 +208,197 @@ def run(
     *,
     progress: bool = True,
     iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
+    resume: bool = False,
+    stop: signals.GracefulStop | None = None,
 ) -> list[dict[str, Any]]:
     """Train each implementation in ``names`` into ``out/<its name>/`` (see :func:`labels`);
     write the combined outputs.
 
     Each folder is a run of its own (``config.json`` naming the implementation as it was given,
-    ``params.npz``), evaluated with one shared classifier into its ``evaluation.json``; the table
-    shows the evaluation's headline figures, a row per implementation by its name.
+    a checkpoint at its end, ``params.npz``), evaluated with one shared classifier into its
+    ``evaluation.json``; its row (``summary.json``) is written last. The table shows the
+    evaluation's headline figures, a row per implementation by its name.
+
+    SIGINT and SIGTERM stop it with :class:`Stopped` (a training implementation once its
+    checkpoint is written); ``resume``: keep the folders that hold their row, go on from the
+    checkpoint of those that have one, start the others afresh. ``stop``: the caller's, if it
+    took the signals already.
     """
     loaded = [frameworks.load(spec) for spec in names]  # every name resolves before any work
     impls = dict(zip(labels(loaded, names), zip(names, loaded, strict=True), strict=True))
-    keys = RunKeys.from_seed(config.train.seed)
-    reference = frameworks.load(REFERENCE)
-    initial = reference.to_canonical(reference.init(keys.init, config))
-    save_config(out, config, command="compare", impls=names, folders=list(impls))
-    classifier = evaluate.fit_classifier(dataset)
+    with contextlib.nullcontext(stop) if stop is not None else signals.GracefulStop() as stop:
+        keys = RunKeys.from_seed(config.train.seed)
+        reference = frameworks.load(REFERENCE)
+        initial = reference.to_canonical(reference.init(keys.init, config))
+        if not resume:
+            save_config(
+                out, config, command="compare", impls=names, folders=list(impls),
+                iw_samples=iw_samples,
+            )  # fmt: skip
+        classifier = evaluate.fit_classifier(dataset)
 
-    outcomes = []
-    for name, (spec, impl) in impls.items():
-        run_dir = out / name
-        run_dir.mkdir()
-        log = MetricsLog(run_dir / "metrics.jsonl")
+        outcomes: list[Outcome] = []
+        for name, (spec, impl) in impls.items():
+            run_dir = out / name
+            if resume and (run_dir / ROW_FILE).is_file():
+                outcomes.append(finished_outcome(run_dir, name))
+                continue
+            if stop():
+                raise _stopped(stop(), out, outcomes, impls, None, "")
+            begun = _begin(run_dir, spec, impl, initial, config, dataset, keys, resume)
+            result = _train_one(run_dir, name, impl, config, dataset, begun, progress, stop)
+            if result.stopped:
+                position = result.progress.position
+                at = f"{_where(position)}, checkpoint written"
+                raise _stopped(stop(), out, outcomes, impls, name, at)
+            try:
+                with stop.immediately():
+                    outcomes.append(
+                        _finish_one(run_dir, name, spec, impl, result, config, dataset, begun[1],
+                                    classifier, iw_samples)
+                    )  # fmt: skip
+            except signals.Stopped as err:
+                at = (
+                    f"the last step, {result.progress.position.step}, before its final outputs "
+                    "were all written (checkpoint written)"
+                )
+                raise _stopped(err.signum, out, outcomes, impls, name, at) from None
+
         try:
-            result = train(
-                impl,
-                impl.from_canonical(initial, config),
-                config,
-                dataset,
-                keys,
-                on_record=log,
-                progress=progress,
-                desc=name,
-            )
-        finally:
-            log.close()
-        write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
-        save_config(run_dir, config, command="compare", impl=spec)
-        save_params(run_dir / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
-        report = evaluate.evaluate(
-            impl,
-            result.state,
-            dataset,
-            config.train.seed,
-            iw_samples=iw_samples,
-            classifier=classifier,
-            out=run_dir,
-            title=name,
-        )
-        files.write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
-        final = result.final()
-        row = {
-            "impl": name,
-            "target": spec,
-            "train_loss": final["train_loss"],
-            **{k: final[k] for k in ("test_loss", "test_recon", "test_kl")},
-            "steps_per_second": result.steps_per_second,
-            "compile_seconds": result.compile_seconds,
-            **evaluate.headline(report),
-        }
-        if row.get("active_units") is not None:
-            row["active"] = f"{row['active_units']}/{config.model.latent_dim}"
-        outcomes.append(Outcome(name, row, result.records, impl.to_canonical(result.state)))
+            with stop.immediately():
+                return _write_combined(outcomes, impls, reference, out, dataset)
+        except signals.Stopped as err:
+            done = [o.name for o in outcomes]
+            raise Stopped(err.signum, out, done, None, "", []) from None
 
+
+def _where(position: Any) -> str:
+    from cvae_rosetta.app.train import where
+
+    return where(position)
+
+
+def _stopped(
+    signum: int, out: Path, outcomes: list[Outcome], impls: dict, name: str | None, at: str
+) -> Stopped:
+    done = [o.name for o in outcomes]
+    left = [n for n in impls if n not in done and n != name]
+    return Stopped(signum, out, done, name, at, left)
+
+
+def _begin(
+    run_dir: Path,
+    spec: str,
+    impl: Any,
+    initial: canonical.Canonical,
+    config: Config,
+    dataset: Dataset,
+    keys: RunKeys,
+    resume: bool,
+) -> tuple[Any, RunKeys, Any, list[dict[str, Any]]]:
+    """An implementation's state, keys, start and history: from its checkpoint (a resume of a
+    folder that has one), else from the shared initial parameters in a fresh folder."""
+    if resume and checkpoint.has_checkpoints(run_dir):
+        opened = resuming.Resume.open(run_dir, latest_good=False)
+        opened.load()
+        records = opened.check(config, dataset)
+        state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
+        opened.prepare(records, config, spec)
+        return state, opened.checkpoint.keys, opened.checkpoint.progress, records
+    if run_dir.exists():  # a folder stopped before its first checkpoint: nothing to keep
+        shutil.rmtree(run_dir)
+    run_dir.mkdir()
+    save_config(run_dir, config, command="compare", impl=spec)
+    return impl.from_canonical(initial, config), keys, None, []
+
+
+def _train_one(
+    run_dir: Path,
+    name: str,
+    impl: Any,
+    config: Config,
+    dataset: Dataset,
+    begun: tuple[Any, RunKeys, Any, list[dict[str, Any]]],
+    progress: bool,
+    stop: signals.GracefulStop,
+) -> TrainResult:
+    state, keys, start, history = begun
+    log = MetricsLog(run_dir / "metrics.jsonl")
+    saver = checkpoint.Saver(run_dir, impl, config, keys, dataset, keep=1)
+    try:
+        return train(
+            impl,
+            state,
+            config,
+            dataset,
+            keys,
+            on_record=log,
+            progress=progress,
+            desc=name,
+            start=start,
+            history=history,
+            on_checkpoint=saver,  # at the end, and at a stop
+            decide=signals.Cadence(0, 0.0, stop=stop),
+        )
+    finally:
+        log.close()
+        saver.close()
+
+
+def _finish_one(
+    run_dir: Path,
+    name: str,
+    spec: str,
+    impl: Any,
+    result: TrainResult,
+    config: Config,
+    dataset: Dataset,
+    keys: RunKeys,
+    classifier: Any,
+    iw_samples: int,
+) -> Outcome:
+    """An implementation's pictures, parameters, evaluation and row (``summary.json``, last)."""
+    write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
+    params = impl.to_canonical(result.state)
+    save_params(run_dir / evaluate.PARAMS_FILE, params)
+    report = evaluate.evaluate(
+        impl,
+        result.state,
+        dataset,
+        config.train.seed,
+        iw_samples=iw_samples,
+        classifier=classifier,
+        out=run_dir,
+        title=name,
+    )
+    files.write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
+    final = result.final()
+    row = {
+        "impl": name,
+        "target": spec,
+        "train_loss": final["train_loss"],
+        **{k: final[k] for k in ("test_loss", "test_recon", "test_kl")},
+        "steps_per_second": result.steps_per_second,
+        "compile_seconds": result.compile_seconds,
+        **evaluate.headline(report),
+    }
+    if row.get("active_units") is not None:
+        row["active"] = f"{row['active_units']}/{config.model.latent_dim}"
+    files.write_json(run_dir / ROW_FILE, row)
+    return Outcome(name, row, result.records, rundir.flatten_params(params))
+
+
+def finished_outcome(run_dir: Path, name: str) -> Outcome:
+    """An implementation a stopped comparison finished, as its folder holds it."""
+    row = json.loads((run_dir / ROW_FILE).read_text())
+    records = rundir.read_metrics(run_dir / "metrics.jsonl")
+    params = rundir.flatten_params(rundir.load_params(run_dir / evaluate.PARAMS_FILE))
+    return Outcome(name, row, records, params)
+
+
+def _write_combined(
+    outcomes: list[Outcome], impls: dict, reference: Any, out: Path, dataset: Dataset
+) -> list[dict[str, Any]]:
     base = next((o for o in outcomes if impls[o.name][1] is reference), outcomes[0])
     for o in outcomes:
         o.row["max_param_diff"] = max_abs_difference(o.params, base.params)
