@@ -225,8 +225,7 @@ def _add_unlisted_pages(config) -> None:
     extra = []
     for path in sorted(DOCS.glob("*.md")):
         if path.name not in listed:
-            heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
-            extra.append({heading[1].strip() if heading else path.stem: path.name})
+            extra.append({page_title(path): path.name})
     if not extra:
         return
     for item in nav:
@@ -349,7 +348,7 @@ def tab_set(blocks: dict[str, list[tuple[str, list[str]]]]) -> str:
     for key in keys:
         out += [f'=== "{IMPLEMENTATIONS[key][0]}"', ""]
         for title, lines in blocks[key]:
-            fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", "\n".join(lines))), default=0))
+            fence = fence_for("\n".join(lines))
             body = [f"    {line}".rstrip() for line in lines]
             out += [f'    {fence}python title="{title}"', *body, f"    {fence}", ""]
     return "\n".join([*out, "</div>", ""])
@@ -647,6 +646,11 @@ def moved_links(text: str, page: str, to: str) -> str:
     return LINK.sub(move, text)
 
 
+def fence_for(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text`` (at least three)."""
+    return "`" * max(3, 1 + max(map(len, re.findall(r"`+", text)), default=0))
+
+
 def page_title(path: Path) -> str:
     heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
     return heading[1].strip() if heading else path.stem
@@ -719,7 +723,7 @@ def source_page(path: str) -> str:
     """The Markdown of a file's page: its whole text with line numbers, and its marked sections."""
     text = (ROOT / path).read_text(encoding="utf-8").rstrip("\n")
     lines = literal(text)
-    fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", text)), default=0))
+    fence = fence_for(text)
     language = SOURCE_SUFFIXES[Path(path).suffix]
     about = [f"The file as the site was built from it: {len(text.splitlines())} lines."]
     try:

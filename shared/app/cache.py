@@ -54,12 +54,18 @@ class Choice:
     jax_own: bool = False
 
 
-def default_folder(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_CACHE_HOME/cvae-rosetta/jax``, else ``~/.cache/cvae-rosetta/jax`` (a relative
-    ``XDG_CACHE_HOME`` is ignored, as the XDG base directory specification says)."""
+def user_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The project's per-user cache folder: ``$XDG_CACHE_HOME/cvae-rosetta``, else
+    ``~/.cache/cvae-rosetta`` (a relative ``XDG_CACHE_HOME`` is ignored, as the XDG base
+    directory specification says); the compilation cache and the data cache live in it."""
     base = environ.get("XDG_CACHE_HOME", "")
     root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
-    return root / "cvae-rosetta" / "jax"
+    return root / "cvae-rosetta"
+
+
+def default_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_CACHE_HOME/cvae-rosetta/jax``, else ``~/.cache/cvae-rosetta/jax``."""
+    return user_folder(environ) / "jax"
 
 
 def choose(

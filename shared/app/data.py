@@ -197,9 +197,9 @@ def data_cache_folder(environ: dict[str, str] | os._Environ[str] = os.environ) -
         return None
     if given:
         return Path(given).expanduser()
-    base = environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
-    return root / "cvae-rosetta" / "data"
+    from cvae_rosetta.app import cache
+
+    return cache.user_folder(environ) / "data"
 
 
 def _digits_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
