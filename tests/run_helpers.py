@@ -5,9 +5,35 @@ fault-injection suite (``test_faults.py``): ``benchmarks/tiny_runs.py``, which i
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from tiny_runs import *  # noqa: F403  (re-exported to the tests)
+
+
+def outputs(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """stdout and stderr of a process started in a session of its own (``start_new_session``),
+    once it ends; after ``timeout`` seconds it is killed with every child of its group, and stderr
+    says so."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = "", f"timed out after {timeout} s"
+    finally:
+        if process.poll() is None or _group_alive(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    return out, err
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -34,6 +34,7 @@ from run_helpers import (
     WAIT,
     assert_same_run,
     committed,
+    outputs,
     process_of,
     start,
     tmp_of,
@@ -57,23 +58,8 @@ def launch_args(*train_args: str) -> list[str]:
 def ended(process: subprocess.Popen) -> tuple[int, list[str]]:
     """Wait for a process started with ``new_session`` (killed, with its children, after
     :data:`WAIT` seconds); its exit status and every line it wrote, stdout's then stderr's."""
-    try:
-        out, err = process.communicate(timeout=WAIT)
-    except subprocess.TimeoutExpired:
-        out, err = "", f"timed out after {WAIT} s"
-    finally:
-        if process.poll() is None or _group_alive(process.pid):
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+    out, err = outputs(process, WAIT)
     return process.returncode, (out + err).splitlines()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def assert_launcher_lines(lines: list[str]) -> None:

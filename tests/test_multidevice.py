@@ -9,8 +9,6 @@ time and stopped, with all of its children, however the test ends.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_helpers import outputs
 
 pytestmark = pytest.mark.multidevice
 
@@ -38,23 +37,8 @@ def cvae(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
         text=True,
         start_new_session=True,
     )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        out, err = "", f"timed out after {timeout} s"
-    finally:
-        if proc.poll() is None or _group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    out, err = outputs(proc, timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def steps(run: Path) -> list[dict]:
