@@ -74,6 +74,9 @@ if not (SITE / "index.html").is_file():
     )
 
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html"))
+# The pages but the one per source file (long, and all made alike: one stands for them all).
+SOURCE_PAGE = "source/impls/pure_jax.py/index.html"
+CONTENT = [p for p in PAGES if not p.startswith("source/")]
 COMPARE = "compare/index.html"  # every implementation file whole, two at a time
 SIDE_BY_SIDE = [
     p for p in PAGES if p.split("/")[0] in ("topics", "tour") and p.count("/") == 2
@@ -931,13 +934,10 @@ def test_no_copy_button_covers_code(browser, base_url, width):
     problems: list[str] = []
     page = new_page(browser, base_url, width, problems)
     failures = []
-    for name in PAGES:
-        if name.startswith("source/") and name != "source/impls/pure_jax.py/index.html":
-            continue
+    for name in [*CONTENT, SOURCE_PAGE]:
         page.goto(base_url + url_path(name))
-        page.wait_for_selector(".md-code__nav, .md-clipboard", state="attached", timeout=2000) if (
-            page.locator("pre").count()
-        ) else None
+        if page.locator("pre").count():  # Material adds the buttons once the page has loaded
+            page.wait_for_selector(".md-code__nav, .md-clipboard", state="attached", timeout=2000)
         covered = page.evaluate(COVERED)
         if covered:
             failures.append(f"{name}: {covered[:3]}")
@@ -959,9 +959,7 @@ def test_pictures_are_shown_at_the_size_they_were_drawn_for(browser, base_url):
     problems: list[str] = []
     page = new_page(browser, base_url, WIDE, problems)
     failures, seen = [], 0
-    for name in PAGES:
-        if name.startswith("source/"):
-            continue
+    for name in CONTENT:
         page.goto(base_url + url_path(name), wait_until="load")
         for picture in page.evaluate(PICTURES):
             seen += 1
@@ -1035,9 +1033,7 @@ def test_no_name_in_a_table_is_split(browser, base_url, width):
     problems: list[str] = []
     page = new_page(browser, base_url, width, problems)
     failures = []
-    for name in PAGES:
-        if name.startswith("source/"):
-            continue
+    for name in CONTENT:
         page.goto(base_url + url_path(name))
         split = page.evaluate(SPLIT_CELLS)
         if split:
