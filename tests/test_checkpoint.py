@@ -9,10 +9,14 @@ commit, so the test knows where the process is when it kills it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import json
 import shutil
 import signal
+import threading
+import time
 from pathlib import Path
 
 import jax
@@ -270,6 +274,34 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoints_intact(killed):
     assert damaged == [] and latest.step == 6
     assert latest.progress.position == Position(6, 0, 6)  # in the middle of the first epoch
     assert len(records(killed)) == 10  # steps 1-9 and epoch 1: past the checkpoint
+
+
+def test_a_failed_save_is_removed_even_while_its_writes_are_still_in_flight(tmp_path):
+    """After a failed save the checkpoint library's threads may still write into its temporary
+    directory (seen under a full disk on a busy machine: ``50.orbax-checkpoint-tmp`` was left).
+    A writer that goes on for half a second after the failure must not leave it behind."""
+    checkpoints = checkpoint.Checkpoints(tmp_path / "checkpoints", writable=True)
+    unfinished = checkpoints.directory / f"7{checkpoint.TMP_SUFFIX}" / "arrays"
+    unfinished.mkdir(parents=True)
+    stop = time.monotonic() + 0.5
+
+    def in_flight() -> None:
+        for number in itertools.count():
+            if time.monotonic() > stop:
+                return
+            with contextlib.suppress(OSError):
+                unfinished.mkdir(parents=True, exist_ok=True)
+                (unfinished / f"chunk{number}").write_bytes(b"x" * 64)
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=in_flight)
+    writer.start()
+    try:
+        checkpoints.discard_unfinished(7)
+    finally:
+        writer.join()
+        checkpoints.close()
+    assert not list(checkpoints.directory.iterdir())
 
 
 def test_resume_after_sigkill_mid_epoch_is_bit_identical(killed, reference, tmp_path):

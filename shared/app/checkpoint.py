@@ -563,11 +563,24 @@ class Checkpoints:
             os.replace(self.directory / str(step), doomed)
             shutil.rmtree(doomed)
 
-    def discard_unfinished(self, step: int) -> None:
+    def discard_unfinished(self, step: int, *, settle: float = 0.1, patience: float = 5.0) -> None:
         """Remove what a failed save of ``step`` left (never read; it would be removed on the
-        next start, this frees the space now)."""
-        for leftover in self.directory.glob(f"{step}{TMP_SUFFIX}*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        next start, this frees the space now).
+
+        Writes of the failed save may still be in flight in the checkpoint library's threads and
+        add files (or the directory again) while it is removed: it is removed again until it
+        stays gone for ``settle`` seconds, for at most ``patience`` seconds.
+        """
+        deadline = time.monotonic() + patience
+        while True:
+            leftovers = list(self.directory.glob(f"{step}{TMP_SUFFIX}*"))
+            for leftover in leftovers:
+                shutil.rmtree(leftover, ignore_errors=True)
+            time.sleep(settle)
+            if not leftovers and not list(self.directory.glob(f"{step}{TMP_SUFFIX}*")):
+                return
+            if time.monotonic() > deadline:
+                return
 
     def verify_files(self, step: int) -> None:
         """Every file as ``cvae_files.json`` lists it (size and SHA-256), and no other."""
