@@ -91,6 +91,23 @@ def test_canonical_state_round_trips_exactly_in_every_implementation(name):
 
 
 @pytest.mark.parametrize("name", INSTALLED)
+def test_a_run_starts_from_the_protocols_init_bit_for_bit_though_it_jits_it(name):
+    """``cvae train`` jits ``init`` (one program the compilation cache keeps); the state must be
+    the eager call's to the last bit, in every framework and for more than one key and shape."""
+    from cvae_rosetta.app.train import fresh_state
+
+    impl = protocol.load(name)
+    wide = Config(model=ModelConfig(encoder_dims=(96, 48), decoder_dims=(48, 96), latent_dim=6))
+    for seed, cfg in [(0, config()), (7, wide)]:
+        key = jax.random.key(seed)
+        eager = checkpoint.flatten(checkpoint.canonical_state(impl, impl.init(key, cfg)))
+        jitted = checkpoint.flatten(checkpoint.canonical_state(impl, fresh_state(impl, key, cfg)))
+        assert eager.keys() == jitted.keys()
+        for path, array in eager.items():
+            assert array.tobytes() == jitted[path].tobytes(), (seed, path)
+
+
+@pytest.mark.parametrize("name", INSTALLED)
 def test_moments_land_beside_their_parameters_in_every_framework(name):
     # optax updates each parameter leaf with the moment leaf at the same place of the framework's
     # own tree: with mu = 2 * params and nu = 3 * params, every pair must line up, transposes and

@@ -452,3 +452,28 @@ def test_the_write_failure_hint_fits_what_the_directory_holds(tmp_path):
     failure.workdir = None  # before the run directory was claimed, or another command's output
     line = train.describe_write_failure(failure, resume_command)
     assert f"{again}, adding --overwrite if its output directory" in line
+
+
+def test_an_init_that_cannot_be_traced_still_starts_a_run():
+    """The protocol does not ask ``init`` to be jit-able: one that reads a key's bits in Python
+    (not traceable) gets the eager call's state from :func:`train.fresh_state`, not an error."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from cvae_rosetta.spec import protocol
+
+    impl = protocol.load("pure_jax")
+    calls = []
+
+    def init_in_python(key, config):
+        calls.append(int(jax.random.key_data(key)[-1]))  # a Python int: fails under tracing
+        return impl.init(key, config)
+
+    untraceable = dataclasses.replace(impl, init_fn=lambda key, config: init_in_python(key, config))
+    key = jax.random.key(3)
+    state = train.fresh_state(untraceable, key, Config())
+    assert calls == [int(jax.random.key_data(key)[-1])]  # the traced call failed before this
+    eager, fresh = impl.to_canonical(impl.init(key, Config())), impl.to_canonical(state)
+    assert jax.tree.all(jax.tree.map(np.array_equal, eager, fresh))

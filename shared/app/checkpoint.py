@@ -496,13 +496,18 @@ class Checkpoints:
     """
 
     def __init__(self, directory: Path, *, keep: int = DEFAULT_KEEP, writable: bool = False):
-        ocp, items, self._args = _orbax()
         self.directory = Path(directory).absolute()
         self.keep, self.writable = keep, writable
         if writable:
             self.directory.mkdir(parents=True, exist_ok=True)
             for leftover in self._leftovers():
                 shutil.rmtree(leftover, ignore_errors=True)
+
+    @functools.cached_property
+    def _orbax(self) -> tuple[Any, Any, type, Any]:
+        """Orbax, the handler, its arguments' class and the ``Checkpointer``: made at the first
+        save or restore, so a run's start does not import Orbax before its first step."""
+        ocp, items, args = _orbax()
         # In a run of several processes only this one (process 0, the writer) saves: Orbax must
         # not wait for the others at its barriers.
         alone = ocp.options.MultiprocessingOptions(
@@ -516,12 +521,11 @@ class Checkpoints:
         registry.add("arrays", ocp.args.StandardRestore, arrays)
         registry.add("meta", ocp.args.JsonSave, meta)
         registry.add("meta", ocp.args.JsonRestore, meta)
-        self._items = items(
+        handler = items(
             handler_registry=registry,
             composite_options=ocp.CompositeOptions(multiprocessing_options=processes),
         )
-        self._ocp = ocp
-        self._checkpointer = ocp.Checkpointer(self._items, multiprocessing_options=processes)
+        return ocp, handler, args, ocp.Checkpointer(handler, multiprocessing_options=processes)
 
     def _leftovers(self) -> list[Path]:
         return [
@@ -536,7 +540,7 @@ class Checkpoints:
         return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
 
     def save(self, checkpoint: Checkpoint) -> None:
-        ocp = self._ocp
+        ocp, handler, args, checkpointer = self._orbax
         _SAVES[0] += 1
         where = self.directory / str(checkpoint.step)
         if where.exists():
@@ -544,15 +548,15 @@ class Checkpoints:
                 f"checkpoint: expected a step without a checkpoint, got {checkpoint.step}, which "
                 f"has one ({where})"
             )
-        args = self._args(
+        items = args(
             arrays=ocp.args.StandardSave(checkpoint.arrays()),
             meta=ocp.args.JsonSave(checkpoint.metadata()),
         )
-        self._items.saving = checkpoint.step
+        handler.saving = checkpoint.step
         try:
-            self._checkpointer.save(where, args=args)
+            checkpointer.save(where, args=items)
         finally:
-            self._items.saving = None
+            handler.saving = None
         self._remove_old()
 
     def _remove_old(self) -> None:
@@ -623,13 +627,13 @@ class Checkpoints:
 
     def restore(self, step: int) -> Checkpoint:
         """The checkpoint of ``step``, its files and every array checked against their SHA-256."""
-        ocp = self._ocp
+        ocp, _, args, checkpointer = self._orbax
         self.verify_files(step)
         source = str(self.directory / str(step))
         try:
-            restored = self._checkpointer.restore(
+            restored = checkpointer.restore(
                 self.directory / str(step),
-                args=self._args(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()),
+                args=args(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()),
             )
         except Exception as err:  # Orbax and TensorStore raise many kinds; all mean unreadable
             first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
@@ -662,7 +666,8 @@ class Checkpoints:
         raise CheckpointError(f"checkpoint: expected an intact checkpoint, got none ({listing})")
 
     def close(self) -> None:
-        self._checkpointer.close()
+        if "_orbax" in self.__dict__:  # made (by a save or a restore)
+            self._orbax[3].close()
 
 
 def checkpoints_of(run_dir: Path) -> Path:

@@ -73,7 +73,13 @@ class RunKeys:
 
     @classmethod
     def from_seed(cls, seed: int) -> RunKeys:
-        return cls(*jax.random.split(jax.random.key(seed), 5))
+        return cls(*_five(jax.random.key(seed)))  # the key eagerly: a seed of up to 64 bits
+
+
+@jax.jit
+def _five(key: jax.Array) -> list[jax.Array]:
+    """A key split in five as one program (eagerly: one per operation)."""
+    return list(jax.random.split(key, 5))
 
 
 @dataclasses.dataclass(frozen=True)

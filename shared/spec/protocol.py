@@ -82,8 +82,10 @@ def _config(value: Any) -> Config:
     return value
 
 
+@jax.jit
 def _copy(tree: Any) -> Any:
-    """Fresh buffers, so that donating a state never invalidates the caller's parameter tree."""
+    """Fresh buffers, so that donating a state never invalidates the caller's parameter tree: one
+    program for the whole tree (an eager copy per leaf would be one per shape)."""
     return jax.tree.map(lambda leaf: jnp.array(leaf, copy=True), tree)
 
 
