@@ -78,9 +78,8 @@ def load_set(name: str, data_dir: str | None, train_size: int, test_size: int, s
 
 def one_run(impl, dataset, config, classifier, iw_samples: int) -> tuple[dict[str, Any], Any, Any]:
     """Train and evaluate one configuration (``cvae_rosetta.app.trainer.train``, then
-    ``cvae_rosetta.app.evaluate.evaluate``): its record, the first ``SAMPLES_PER_LABEL``
-    generated mean images of each label with their labels, and the evaluation's account of the
-    classifier."""
+    ``cvae_rosetta.app.evaluate.evaluate``): its record, the first ``SAMPLES_PER_LABEL`` generated
+    mean images of each label with their labels, and the evaluation's account of the classifier."""
     import jax
     import jax.numpy as jnp
 
@@ -129,16 +128,16 @@ def one_run(impl, dataset, config, classifier, iw_samples: int) -> tuple[dict[st
     return record, (mean(1.0)[keep], labels[keep]), ev["classifier"]
 
 
-SAMPLES_COLUMNS = 3  # latent sizes per row of a samples picture, which is shown 688 px wide
+COLUMNS = 3  # panels per row of a picture (samples, curve), which is shown 688 px wide
 MOSAIC_GAP = 2  # pixels of mid-grey between the images of a samples panel
 
 
 def samples_picture(name: str, shape, grids: list[tuple[int, Any]], directory: Path) -> str:
     """Generated mean images, ``SAMPLES_PER_LABEL`` per label (one row per label), one panel per
-    latent size, :data:`SAMPLES_COLUMNS` panels to a row; drawn for the docs' text column
+    latent size, :data:`COLUMNS` panels to a row; drawn for the docs' text column
     (``report.figure_png``), each image's pixels kept square and unsmoothed."""
     h, w = shape
-    columns = min(SAMPLES_COLUMNS, len(grids))
+    columns = min(COLUMNS, len(grids))
     rows = math.ceil(len(grids) / columns)
     mosaics = [(latent, *_mosaic(x, c, h, w)) for latent, (x, c) in grids]
     # the panels' height from their width: the mosaics' aspect, with room for the titles
@@ -190,9 +189,8 @@ def measure(args: argparse.Namespace, command: list[str]) -> None:
     result = results.envelope("latent_tradeoff", command)
     # the classifier that judges generated images is scikit-learn's
     result["environment"]["versions"]["scikit-learn"] = importlib.metadata.version("scikit-learn")
-    result["load_average"] = {"start": results.load_average()}
-    result.update(impl=args.impl, seed=args.seed, iw_samples=args.iw_samples)
-    result.update(temperatures=list(TEMPERATURES), sets=[])
+    result.update(load_average={"start": results.load_average()}, impl=args.impl, seed=args.seed)
+    result.update(iw_samples=args.iw_samples, temperatures=list(TEMPERATURES), sets=[])
     with tempfile.TemporaryDirectory() as scratch:
         for name, epochs, data_dir in [parse_set(s) for s in args.set or DEFAULT_SETS]:
             sizes = (args.train_size, args.test_size)
@@ -306,18 +304,15 @@ def table(result: dict[str, Any]) -> str:
     )
 
 
-CURVE_COLUMNS = 3  # panels per row of the curve, which is shown 688 px wide
-
-
 def curve(result: dict[str, Any], path: Path) -> None:
     """Conditional accuracy against -ELBO, one panel per data set through its latent sizes,
-    :data:`CURVE_COLUMNS` to a row, and the legend in the slot after the last panel, never over the
+    :data:`COLUMNS` to a row, and the legend in the slot after the last panel, never over the
     data. Drawn for the docs' text column (``report.figure_png``)."""
     from matplotlib.ticker import MaxNLocator
 
     sets = result["sets"]
     slots = len(sets) + 1  # the last one for the legend
-    columns = min(CURVE_COLUMNS, slots)
+    columns = min(COLUMNS, slots)
     rows = math.ceil(slots / columns)
 
     def draw(figure):

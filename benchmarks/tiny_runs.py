@@ -87,6 +87,15 @@ def assert_same_run(run_dir: Path, reference: Path, total: int = TOTAL) -> None:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+def same_run(run_dir: Path, reference: Path) -> bool:
+    """:func:`assert_same_run` as a yes or no."""
+    try:
+        assert_same_run(run_dir, reference)
+    except AssertionError:
+        return False
+    return True
+
+
 def committed(run_dir: Path) -> list[int]:
     """The steps of the run's committed checkpoints."""
     with contextlib.closing(checkpoint.Checkpoints(checkpoint.checkpoints_of(run_dir))) as found:
@@ -193,14 +202,14 @@ def lost_steps(run_dir: Path) -> int:
     return last_recorded_step(run_dir) - max(committed(run_dir), default=0)
 
 
-def kill_during_save(args: Sequence[str], run_dir: Path, save: int) -> tuple[int, int]:
+def kill_during_save(args: Sequence[str], run_dir: Path, save: int) -> tuple[int, int, str]:
     """Run ``args`` (a new run) in a new process and SIGKILL it while its ``save``-th save (of step
-    ``save * EVERY``) sleeps before its commit; its exit status and the steps lost."""
+    ``save * EVERY``) sleeps before its commit; its exit status, the steps lost and stderr."""
     process = start(args, run_dir.parent, slow=f"{save}:600")
     step = save * EVERY
     wait_for(process, lambda: tmp_of(run_dir / "checkpoints", step), f"the save of step {step}")
-    status, _ = kill(process)
-    return status, lost_steps(run_dir)
+    status, stderr = kill(process)
+    return status, lost_steps(run_dir), stderr
 
 
 def signal_after_step(
@@ -215,6 +224,69 @@ def signal_after_step(
     time.sleep(delay)
     status, stderr = kill(process, sig)
     return status, lost_steps(run_dir), stderr
+
+
+def injected(where: str, action: str, *, times: int = 1) -> str:
+    """Python for ``start(driver=...)``: ``where`` ("module:function") does ``action`` (a statement
+    using ``os`` and ``signal``) on its ``times``-th call, then what it did before."""
+    module, _, name = where.partition(":")
+    owner, _, attribute = name.rpartition(".")
+    target = f"_m.{owner}" if owner else "_m"
+    return (
+        f"import functools, importlib, os, signal\n"
+        f"_m = importlib.import_module({module!r})\n"
+        f"_calls = [0]\n"
+        f"_real = getattr({target}, {attribute!r})\n"
+        f"@functools.wraps(_real)\n"
+        f"def _injected(*args, **kwargs):\n"
+        f"    _calls[0] += 1\n"
+        f"    if _calls[0] == {times}:\n"
+        f"        {action}\n"
+        f"    return _real(*args, **kwargs)\n"
+        f"setattr({target}, {attribute!r}, _injected)\n"
+    )
+
+
+# the phases a signal is sent in: the function whose Nth call sends it from inside the process
+# (None: from another process, after a random step of the run)
+PHASES = {
+    "start-up, before JAX": ("cvae_rosetta.app.cache:use", 1),
+    "start-up": ("cvae_rosetta.app.train:fit_to_data", 1),
+    "the first compile": ("cvae_rosetta.app.trainer:epoch_step", 1),
+    "an epoch": None,
+    "a checkpoint save": ("cvae_rosetta.app.checkpoint:Saver.__call__", 2),
+    "the evaluation": ("cvae_rosetta.app.evaluate:evaluate", 1),
+    "the pictures": ("cvae_rosetta.app.rundir:write_pictures", 1),
+    "cvae export": ("cvae_rosetta.files:write_bytes", 2),  # after its first file, of several
+}
+
+
+def signal_in_phase(phase: str, sig: int, impl: str, work: Path, reference: Path, step: int = 9):
+    """A tiny run of ``impl`` in ``work`` (for ``cvae export``: an export of ``reference``) sent
+    ``sig`` in ``phase``, then gone on with as its line says: ``(status, stderr, steps lost,
+    whether it then ended as the uninterrupted one did)``. ``step``: of the phase "an epoch"."""
+    out, action = work / "run", f"os.kill(os.getpid(), {int(sig)})"
+    if phase == "cvae export":
+        args = ["export", "--run", str(reference), "--out", str(out)]
+        where, times = PHASES[phase]
+        status, stderr = finish(start(args, work, driver=injected(where, action, times=times)))
+        left = [p.name for p in work.iterdir() if p.name != "run"]  # a temporary directory
+        again = not left and not out.exists() and main(args) == 0
+        return status, stderr, 0, again and (out / "manifest.json").is_file()
+    if PHASES[phase] is None:
+        status, lost, stderr = signal_after_step(fault_args(impl, out), out, step, sig)
+    else:
+        driver = injected(*PHASES[phase][:1], action, times=PHASES[phase][1])
+        status, stderr = finish(start(fault_args(impl, out), work, driver=driver))
+        lost = lost_steps(out) if out.is_dir() else 0
+    if "go on with: cvae train --resume" in stderr:
+        again = train(*resume_args(out)[1:], "--iw-samples", "1", quiet=True)
+    elif "run the same command" in stderr:
+        overwrite = ["--overwrite"] if "--overwrite" in stderr and out.exists() else []
+        again = train(*fault_args(impl, out)[1:], *overwrite, quiet=True)
+    else:
+        return status, stderr, lost, False
+    return status, stderr, lost, again == 0 and same_run(out, reference)
 
 
 def stopped_line(stderr: str) -> str:

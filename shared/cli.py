@@ -15,13 +15,14 @@ import argparse
 import dataclasses
 import functools
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
-from cvae_rosetta.app import cache, configfile
+from cvae_rosetta.app import cache, configfile, signals
 from cvae_rosetta.bench.harness import SETTING_FLAGS
 from cvae_rosetta.spec import config as config_module
 from cvae_rosetta.spec.config import SECTIONS, Config
@@ -1190,6 +1191,12 @@ WRITE_FAILED = 74
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with signals.sigterm_stops_at_once():  # where no run takes it to stop at a checkpoint
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args`` names, its refusals, failures and stops as one line and a status."""
     try:
         _check_paths(args)
         _check_jax_flags(args)
@@ -1217,9 +1224,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "before it is complete (each is written to a temporary name, then renamed)"
         )
         return WRITE_FAILED if files.disk_error(err) else REFUSED
-    except KeyboardInterrupt:
-        files.say("cvae: interrupted")
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Stopped) where nothing waits for it
+        from cvae_rosetta.app.train import going_on
+
+        signum = getattr(err, "signum", signal.SIGINT)
+        files.silence_stderr()  # one line: no library's thread may print after it
+        files.say(
+            f"cvae: {args.command} stopped by {signal.Signals(signum).name} before its end, "
+            f"nothing half-written; {going_on(getattr(err, 'workdir', None), _resume_command)}"
+        )
+        return 128 + signum
 
 
 if __name__ == "__main__":

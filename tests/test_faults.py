@@ -21,7 +21,6 @@ counts what it costs. The runs, signals and second writers both use are in ``run
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import re
@@ -33,6 +32,7 @@ import pytest
 from run_helpers import (
     EVERY,
     INSTALLED,
+    PHASES,
     TINY,
     TOTAL,
     assert_same_run,
@@ -40,15 +40,16 @@ from run_helpers import (
     corrupt,
     fault_args,
     finish,
+    injected,
     kill,
     kill_during_save,
     largest_array_file,
     last_recorded_step,
-    lost_steps,
     resume_args,
     resumes,
     second_writer,
     signal_after_step,
+    signal_in_phase,
     start,
     stopped_line,
     stopped_step,
@@ -88,27 +89,6 @@ def references(tmp_path_factory):
     return reference
 
 
-def injected(where: str, action: str, *, times: int = 1) -> str:
-    """Python for ``start(driver=...)``: ``where`` ("module:function") does ``action`` (a statement
-    using ``os`` and ``signal``) on its ``times``-th call, then what it did before."""
-    module, _, name = where.partition(":")
-    owner, _, attribute = name.rpartition(".")
-    target = f"_m.{owner}" if owner else "_m"
-    return (
-        f"import functools, importlib, os, signal\n"
-        f"_m = importlib.import_module({module!r})\n"
-        f"_calls = [0]\n"
-        f"_real = getattr({target}, {attribute!r})\n"
-        f"@functools.wraps(_real)\n"
-        f"def _injected(*args, **kwargs):\n"
-        f"    _calls[0] += 1\n"
-        f"    if _calls[0] == {times}:\n"
-        f"        {action}\n"
-        f"    return _real(*args, **kwargs)\n"
-        f"setattr({target}, {attribute!r}, _injected)\n"
-    )
-
-
 TERM_SELF = "os.kill(os.getpid(), signal.SIGTERM)"
 
 
@@ -141,7 +121,7 @@ def test_killed_at_random_points_goes_on_bit_for_bit(case, references, tmp_path)
     for n, kill_at in enumerate(KILLS[case]):
         args = resume_args(out) if n else fault_args(impl, out, extra)
         if kill_at == "save":
-            status, lost = kill_during_save(args, out, rng.randint(2, 4))
+            status, lost, _ = kill_during_save(args, out, rng.randint(2, 4))
         else:
             step = rng.randint(max(committed(out), default=0) + 1, TOTAL - 1)
             status, lost, _ = signal_after_step(args, out, step)
@@ -159,36 +139,55 @@ def go_on(out: Path, *extra: str) -> int:
 # --- SIGTERM -------------------------------------------------------------------------------------
 
 
-def test_sigterm_while_starting_and_while_resuming_stops_cleanly(references, tmp_path):
-    """Before this change the default action killed the process in both (exit status -15, and the
-    resume, started from checkpoint 0 here, lost nothing only because nothing had been trained)."""
-    out = tmp_path / "run"
-    driver = injected("cvae_rosetta.app.train:fit_to_data", TERM_SELF)  # during start-up
-    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
-    assert status == 143, stderr
-    assert stopped_line(stderr) == (
-        f"cvae: pure_jax stopped by SIGTERM at step 0 (before epoch 1), checkpoint written; go "
-        f"on with: cvae train --resume {out}"
-    )
-    assert committed(out) == [0] and "Traceback" not in stderr
+SIGNALS = {signal.SIGTERM: 143, signal.SIGINT: 130}
+FIRST_STEP = "pure_jax stopped by {sig} at step 0 (before epoch 1), checkpoint written; go on with:"
+FINAL = f"pure_jax stopped by {{sig}} at the last step, {TOTAL}, before its final outputs were all "
+LINES = {  # what the one line says, after "cvae: " ({out}: the run's directory)
+    "start-up, before JAX": "train stopped by {sig} before its end, nothing half-written; run the "
+    "same command, adding --overwrite if its output directory is then refused as not empty",
+    "start-up": FIRST_STEP + " cvae train --resume {out}",
+    "the first compile": FIRST_STEP + " cvae train --resume {out}",
+    "an epoch": "pure_jax stopped by {sig} at step ",
+    "a checkpoint save": "pure_jax stopped by {sig} at step 6 (6 batches into epoch 1), checkpoint "
+    "written; go on with: cvae train --resume {out}",
+    "the evaluation": FINAL + "written, checkpoint written; go on with: cvae train --resume {out}",
+    "the pictures": FINAL + "written, checkpoint written; go on with: cvae train --resume {out}",
+    "cvae export": "export stopped by {sig} before its end, nothing half-written; run the same "
+    "command",
+}
 
+
+@pytest.mark.parametrize("sig", list(SIGNALS), ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_signal_in_any_phase_ends_in_one_line_and_the_run_goes_on(
+    phase, sig, references, tmp_path
+):
+    """SIGTERM (a scheduler) and SIGINT (Ctrl-C) from start-up to the final outputs, and in
+    ``cvae export``: status 128 + the signal, exactly one line on stderr saying where it stopped
+    and how to go on, no step lost past the checkpoint, and gone on with as it says, the run ends
+    bit for bit as the uninterrupted one (an export: no temporary directory left, and made again).
+    Before this change SIGTERM killed start-up before JAX and ``cvae export`` without a word
+    (-15), and every stop of a run printed a second line (the notice it was stopping)."""
+    status, stderr, lost, finished = signal_in_phase(
+        phase, sig, "pure_jax", tmp_path, references("pure_jax")
+    )
+    assert status == SIGNALS[sig], stderr
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
+    name = signal.Signals(sig).name
+    assert stderr.startswith("cvae: " + LINES[phase].format(sig=name, out=tmp_path / "run")), stderr
+    assert lost == 0  # promised: a signal costs no step
+    assert finished
+
+
+def test_sigterm_while_resuming_stops_cleanly(references, tmp_path):
+    """Before this change the default action killed the process (exit status -15)."""
+    out = tmp_path / "run"
+    driver = injected("cvae_rosetta.app.train:fit_to_data", TERM_SELF)  # a run stopped at 0
+    assert finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))[0] == 143
     driver = injected("cvae_rosetta.app.resuming:Resume.load", TERM_SELF)
     status, stderr = finish(start(["train", "--resume", str(out)], tmp_path, driver=driver))
     assert status == 143, stderr
     assert "stopped by SIGTERM at step 0 (before epoch 1)" in stopped_line(stderr)
-    assert go_on(out) == 0
-    assert_same_run(out, references("pure_jax"))
-
-
-def test_sigterm_while_training_stops_at_a_checkpoint_with_status_143(references, tmp_path):
-    """Before this change: status 130, the one of Ctrl-C."""
-    out = tmp_path / "run"
-    # sent while the second checkpoint (step 6) is written: the run stops right after it
-    driver = injected("cvae_rosetta.app.checkpoint:Saver.__call__", TERM_SELF, times=2)
-    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
-    assert status == 143, stderr
-    assert "pure_jax stopped by SIGTERM at step 6 (6 batches into epoch 1)" in stopped_line(stderr)
-    assert committed(out) == [3, 6] and lost_steps(out) == 0
     assert go_on(out) == 0
     assert_same_run(out, references("pure_jax"))
 
@@ -208,21 +207,6 @@ def test_sigterm_from_another_process_after_checkpoints_stops_with_status_143(re
     assert step > 2 * EVERY and committed(out)[-1] == step  # after two checkpoints at least
     assert lost == 0 and "Traceback" not in stderr
     assert go_on(out) == 0
-    assert_same_run(out, references("pure_jax"))
-
-
-def test_sigterm_in_the_final_evaluation_stops_and_the_resume_writes_it(references, tmp_path):
-    """Before this change the default action killed the process (-15), saying nothing."""
-    out = tmp_path / "run"
-    driver = injected("cvae_rosetta.app.evaluate:evaluate", TERM_SELF)
-    status, stderr = finish(start(fault_args("pure_jax", out), tmp_path, driver=driver))
-    assert status == 143, stderr
-    assert f"stopped by SIGTERM at the last step, {TOTAL}, before its final outputs" in (
-        stopped_line(stderr)
-    )
-    assert not (out / "evaluation.json").exists() and committed(out)[-1] == TOTAL
-    assert go_on(out) == 0
-    assert json.loads((out / "evaluation.json").read_text())["impl"] == "pure_jax"
     assert_same_run(out, references("pure_jax"))
 
 
@@ -382,3 +366,20 @@ def test_a_damaged_latest_checkpoint_costs_the_steps_since_the_one_before(
 def test_the_suite_covers_another_framework():
     """The faults environment installs every framework: the second case must not be skipped."""
     assert OTHER is not None, f"installed: {INSTALLED}"
+
+
+def test_the_fault_report_counts_a_second_line_or_a_traceback_as_not_survived(capsys):
+    """Its rule, whatever the status: at most one line per process, no traceback."""
+    import fault_report
+
+    def survived(stderr: str) -> bool:
+        return fault_report.record("x", "one device", "sigterm", "an epoch", True, 0, stderr)[
+            "survived"
+        ]
+
+    assert survived("cvae: x stopped by SIGTERM at step 9 ...\n") and survived("")
+    assert survived("[0] cvae: x stopped ...\n[1] cvae: x stopped ...\n")  # one per process
+    assert not survived("cvae: SIGTERM: stopping after this step\ncvae: x stopped ...\n")
+    assert not survived("Traceback (most recent call last):\n  File ...\nRuntimeError: x\n")
+    assert not survived("[1] cvae: a\n[1] cvae: b\n")
+    assert not fault_report.record("x", "one device", "sigkill", "an epoch", False, 3)["survived"]

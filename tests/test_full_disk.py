@@ -150,3 +150,54 @@ def test_say_writes_to_sys_stderr_while_nothing_was_silenced(capsys):
 
     files.say("cvae: error: a line")
     assert capsys.readouterr().err == "cvae: error: a line\n"
+
+
+EXPORT = r"""
+set -u
+mount -t tmpfs -o size="${SIZE}k" none "$MNT"
+"$PY" -m cvae_rosetta.cli export --run "$RUN" --out "$MNT/model" > /dev/null 2> "$HOST/first.err"
+echo $? > "$HOST/first.status"
+ls -a "$MNT" > "$HOST/left"
+mount -o remount,size=64m "$MNT"
+"$PY" -m cvae_rosetta.cli export --run "$RUN" --out "$MNT/model" > /dev/null 2> "$HOST/second.err"
+echo $? > "$HOST/second.status"
+ls "$MNT/model" > "$HOST/made"
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux tmpfs and namespaces")
+@pytest.mark.parametrize("size_kb", [16, 1024])  # the first file; the second function's
+def test_a_full_disk_under_cvae_export_leaves_nothing_and_the_same_command_then_works(
+    tmp_path, size_kb
+):
+    """The export is a directory written whole or not at all: under a full disk one line and status
+    74, no temporary directory left beside it, and the same command works once there is room."""
+    missing = _unshare_missing()
+    if missing:
+        pytest.skip(missing)
+    run = tmp_path / "run"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cvae_rosetta.cli",
+            *SHORT.split(),
+            "--epochs",
+            "1",
+            "--out",
+            str(run),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (mount := tmp_path / "mnt").mkdir()
+    env = {**os.environ, "SIZE": str(size_kb), "RUN": str(run), "MNT": str(mount)}
+    env |= {"HOST": str(tmp_path), "PY": sys.executable}
+    subprocess.run(["unshare", "-rm", "bash", "-c", EXPORT], env=env, timeout=600, check=True)
+    err = (tmp_path / "first.err").read_text()
+    assert int((tmp_path / "first.status").read_text()) == 74, err
+    assert len(err.splitlines()) == 1 and "No space left on device" in err, err
+    assert (tmp_path / "left").read_text().split() == [".", ".."]  # nothing half-written
+    assert int((tmp_path / "second.status").read_text()) == 0, (tmp_path / "second.err").read_text()
+    assert "manifest.json" in (tmp_path / "made").read_text().split()

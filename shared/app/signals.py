@@ -49,11 +49,12 @@ class GracefulStop:
         self.signum = signum
         if self._immediate:
             raise Stopped(signum)
-        print(
-            f"cvae: {signal.Signals(signum).name}: stopping after this step, once a checkpoint is "
-            "written (Ctrl-C again to stop at once)",
-            file=sys.stderr,
-        )
+        if _on_terminal():  # someone waits at it; a log gets the one line the stop ends with
+            print(
+                f"cvae: {signal.Signals(signum).name}: stopping after this step, once a "
+                "checkpoint is written (Ctrl-C again to stop at once)",
+                file=sys.stderr,
+            )
 
     @contextlib.contextmanager
     def immediately(self) -> Iterator[None]:
@@ -83,6 +84,33 @@ class GracefulStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def _on_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def sigterm_stops_at_once() -> Iterator[None]:
+    """Inside the block SIGTERM raises :class:`Stopped` (as SIGINT raises ``KeyboardInterrupt``),
+    so a command that is not inside a :class:`GracefulStop` (start-up, ``cvae export``,
+    ``sample``, ...) ends through its ``finally`` blocks and the CLI's one line rather than the
+    default action's silent death. A :class:`GracefulStop` inside takes it over while it lasts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 AGREE_EVERY = 10  # in a run of several processes, steps between agreements on stopping and time

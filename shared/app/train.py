@@ -317,10 +317,11 @@ def _kept_max_steps(opened: resuming.Resume, options: Options) -> Options:
 
 @contextlib.contextmanager
 def _in(workdir: Path) -> Iterator[None]:
-    """A :class:`~cvae_rosetta.files.WriteFailed` of the block names its run directory."""
+    """A :class:`~cvae_rosetta.files.WriteFailed` of the block, or a stop at once (a second
+    Ctrl-C), names its run directory (``workdir``), for the line that says how to go on."""
     try:
         yield
-    except files.WriteFailed as err:
+    except (files.WriteFailed, KeyboardInterrupt) as err:
         err.workdir = workdir
         raise
 
@@ -622,27 +623,31 @@ def where(position: Any) -> str:
 def describe_write_failure(err: files.WriteFailed, resume_command: Callable[[Path], str]) -> str:
     """The line for a run the disk stopped: which file, what it was, and how to go on."""
     line = f"could not write {err.path} ({err.what}): {err.reason}"
-    workdir = err.workdir
+    return (
+        f"{line}; {going_on(err.workdir, resume_command, 'once the disk can be written again, ')}"
+    )
+
+
+def going_on(workdir: Path | None, resume_command: Callable[[Path], str], when: str = "") -> str:
+    """How to go on after a command stopped before its end, by what ``workdir`` (its run
+    directory, None before one was claimed or for another command's output) holds."""
     if workdir is not None and checkpoint.has_checkpoints(workdir):
         return (
-            f"{line}; the checkpoints written before it are intact; once the disk can be written "
-            f"again, go on with: {resume_command(workdir)}"
+            f"the checkpoints written before it are intact; {when}go on with: "
+            f"{resume_command(workdir)}"
         )
-    again = "once the disk can be written again, run the same command"
-    if workdir is None:  # before a run directory was claimed, or another command's output
-        return (
-            f"{line}; {again}, adding --overwrite if its output directory is then refused as not "
-            "empty"
-        )
+    again = f"{when}run the same command"
+    if workdir is None:
+        return f"{again}, adding --overwrite if its output directory is then refused as not empty"
     left = [p.name for p in Path(workdir).iterdir()] if Path(workdir).is_dir() else []
     if not [name for name in left if name != rundir.LOCK_FILE]:
-        return f"{line}; no checkpoint was written and {workdir} is empty: {again}"
+        return f"no checkpoint was written and {workdir} is empty: {again}"
     if (Path(workdir) / rundir.CONFIG_FILE).is_file():
         return (
-            f"{line}; no checkpoint was written, so --resume has nothing to go on from: {again} "
-            f"with --overwrite (it replaces what this run wrote in {workdir})"
+            f"no checkpoint was written, so --resume has nothing to go on from: {again} with "
+            f"--overwrite (it replaces what this run wrote in {workdir})"
         )
     return (
-        f"{line}; no checkpoint was written: remove {workdir} (it holds no run to resume or "
-        f"replace), then {again}"
+        f"no checkpoint was written: remove {workdir} (it holds no run to resume or replace), "
+        f"then {again}"
     )

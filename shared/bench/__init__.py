@@ -1,2 +1,1 @@
-"""The benchmark harness behind ``cvae bench``: it measures, writes a result file, and renders
-it."""
+"""The benchmark harness behind ``cvae bench``: it measures, writes a result file, renders it."""

@@ -104,26 +104,23 @@ QUICK = dict(
 )
 
 
-def _ints(flag: str, text: Any, *, minimum: int = 1) -> tuple[int, ...]:
-    expected = f"comma-separated integers >= {minimum}"
-    if not isinstance(text, str):
-        raise field_error(ConfigError, flag, expected, text)
+def _ints(flag: str, text: Any) -> tuple[int, ...]:
     try:
-        values = tuple(int(part) for part in text.split(","))
+        values = tuple(int(part) for part in text.split(",")) if isinstance(text, str) else ()
     except ValueError:
-        raise field_error(ConfigError, flag, expected, text) from None
-    if not values or any(v < minimum for v in values):
-        raise field_error(ConfigError, flag, expected, text)
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise field_error(ConfigError, flag, "comma-separated integers >= 1", text)
     return tuple(dict.fromkeys(values))
 
 
-def _int(flag: str, text: Any, *, minimum: int = 1) -> int:
+def _int(flag: str, text: Any) -> int:
     try:
         value = int(text) if isinstance(text, str) else None
     except ValueError:
         value = None
-    if value is None or value < minimum:
-        raise field_error(ConfigError, flag, f"an integer >= {minimum}", text)
+    if value is None or value < 1:
+        raise field_error(ConfigError, flag, "an integer >= 1", text)
     return value
 
 
@@ -133,9 +130,8 @@ def _names(flag: str, text: Any, choices: Sequence[str] | None = None) -> tuple[
         if choices
         else "comma-separated implementation names or module:attribute"
     )
-    if not isinstance(text, str):
-        raise field_error(ConfigError, flag, expected, text)
-    names = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    parts = text.split(",") if isinstance(text, str) else []
+    names = tuple(dict.fromkeys(part.strip() for part in parts))
     if not names or any(not n for n in names) or (choices and any(n not in choices for n in names)):
         raise field_error(ConfigError, flag, expected, text)
     return names
@@ -168,10 +164,13 @@ def benchmark(
     progress: bool = True,
     command: Sequence[str] | None = None,
 ) -> tuple[Path, dict[str, Any], list[str]]:
-    """A whole ``cvae bench``: the implementations and ``out`` checked, the devices arranged, every
-    measurement made and written into ``out``; the path, the result and the names written."""
+    """A whole ``cvae bench``: the implementations and ``out`` checked (a non-empty ``out`` only if
+    ``overwrite`` and a previous benchmark's), the devices arranged, every measurement made and
+    written into ``out``; the path, the result and the names written."""
+    from cvae_rosetta.app import rundir
+
     impls = resolve_impls(settings)
-    path = check_out_dir(out, overwrite=overwrite)
+    path = rundir.check_out_dir(out, overwrite=overwrite, marker=RESULT_FILE, what="benchmark")
     arrange_devices(settings)  # before anything touches a JAX device
     result = run(settings, impls, progress=progress, command=command)
     return path, result, write(path, result, overwrite=overwrite)
@@ -184,8 +183,7 @@ def settings_from_flags(
     given), refused with ``setting: expected ..., got ...`` where a value does not parse or does
     not fit the others. ``quick`` starts from :data:`QUICK`; given flags override either."""
     values: dict[str, Any] = dict(QUICK) if quick else {}
-    unknown = set(flags) - set(PARSERS)
-    if unknown:
+    if unknown := set(flags) - set(PARSERS):
         raise TypeError(f"settings_from_flags: unknown settings {sorted(unknown)}")
     for name, text in flags.items():
         if text is not None:
@@ -237,14 +235,6 @@ def arrange_devices(settings: Settings) -> None:
         )
 
 
-def check_out_dir(path: str | os.PathLike[str], *, overwrite: bool) -> Path:
-    """Refuse an output directory that would lose something or cannot be written: a non-empty one
-    unless ``overwrite``, and even then only a previous benchmark's (one with ``bench.json``)."""
-    from cvae_rosetta.app import rundir
-
-    return rundir.check_out_dir(path, overwrite=overwrite, marker=RESULT_FILE, what="benchmark")
-
-
 # --- the machine ----------------------------------------------------------------------------------
 
 
@@ -254,8 +244,7 @@ class CpuMeter:
     load average cannot tell, since it counts this process's own threads too."""
 
     def __init__(self) -> None:
-        self.last = self._sample()
-        self.first = self.last
+        self.first = self.last = self._sample()
 
     @staticmethod
     def _sample() -> tuple[float, float, float] | None:
@@ -290,7 +279,7 @@ class _Events:
     """Sums of JAX's trace, lower and compile durations while the context is open."""
 
     def __init__(self) -> None:
-        self.seconds = {TRACE_EVENT: 0.0, LOWER_EVENT: 0.0, COMPILE_EVENT: 0.0}
+        self.seconds = dict.fromkeys((TRACE_EVENT, LOWER_EVENT, COMPILE_EVENT), 0.0)
         self._open = False
 
     def __call__(self, event: str, duration: float, **kwargs: Any) -> None:
@@ -299,8 +288,7 @@ class _Events:
 
     @contextlib.contextmanager
     def collect(self) -> Iterator[dict[str, float]]:
-        for key in self.seconds:
-            self.seconds[key] = 0.0
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
         self._open = True
         try:
             yield self.seconds
@@ -328,10 +316,9 @@ def _memory(compiled: Any) -> dict[str, int]:
 
 
 def hlo_stats(text: str) -> dict[str, int]:
-    """Counts over the entry computation of an optimized HLO module: instructions, fusions,
-    library fusions (``kind=kCustom``: XNNPACK/YNNPACK/oneDNN), plain dots, copies; and the
-    transposes of the whole module (fusion bodies included: a weight transposed every step shows
-    there)."""
+    """Counts over the entry computation of an optimized HLO module: instructions, fusions, library
+    fusions (``kind=kCustom``: XNNPACK/YNNPACK/oneDNN), plain dots, copies; and the transposes of
+    the whole module (fusion bodies included: a weight transposed every step shows there)."""
     entry = text.split("\nENTRY ", 1)[-1].split("\n}\n", 1)[0]
     lines = [line for line in entry.splitlines()[1:] if " = " in line]
     return {
@@ -359,8 +346,8 @@ def aot(jitted: Any, *args: Any) -> tuple[Any, dict[str, float]]:
     return compiled, {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2}
 
 
-def _spread(seconds: Sequence[float], per: int, scale: float = 1e6) -> dict[str, Any]:
-    values = [s / per * scale for s in seconds]
+def _spread(seconds: Sequence[float], per: int) -> dict[str, Any]:
+    values = [s / per * 1e6 for s in seconds]
     return {
         "median": statistics.median(values),
         "min": min(values),
@@ -499,8 +486,13 @@ def run(
     jax.monitoring.register_event_duration_secs_listener(events)
     try:
         bar.stage = "warm-up"
-        params = _canonical(settings, impls[REFERENCE])
-        _warm_start(impls[REFERENCE], settings, params)
+        reference = impls[REFERENCE]
+        params = reference.to_canonical(reference.init(jax.random.key(0), _config(settings)))
+        # one throwaway compile, so that JAX's one-time costs land on no measured path
+        _, _, _, (batch,), (key,) = _data(settings, 2, 1)
+        state = reference.from_canonical(params, _config(settings))
+        compiled, _ = aot(jax.jit(reference.train_step, donate_argnums=0), state, batch, key)
+        jax.block_until_ready(compiled(state, batch, key))
         bar.tick()
         result["batches"] = {}
         for b in settings.batch_sizes:
@@ -522,8 +514,7 @@ def run(
         jax.monitoring.unregister_event_duration_listener(events)
         bar.bar.close()
     result["load_average"]["end"] = load_average()
-    result["peak_rss_bytes"] = peak_rss_bytes()
-    result["duration_s"] = time.time() - started
+    result.update(peak_rss_bytes=peak_rss_bytes(), duration_s=time.time() - started)
     summarize(result)
     return result
 
@@ -534,36 +525,20 @@ def _config(settings: Settings):
     return Config(model=settings.model)
 
 
-def _canonical(settings: Settings, reference: Any):
-    import jax
-
-    return reference.to_canonical(reference.init(jax.random.key(0), _config(settings)))
-
-
 def _data(settings: Settings, batch_size: int, steps: int):
-    """``steps`` synthetic batches on the device: ``xs [K, B, D]``, ``cs [K, B]``, keys ``[K]``."""
+    """``steps`` synthetic batches on the device: ``xs [K, B, D]``, ``cs [K, B]``, keys ``[K]``,
+    and the same as lists of ``K`` batches and ``K`` keys, for a Python loop."""
     import jax
+
+    from cvae_rosetta.spec.validation import Batch
 
     model = settings.model
     kx, kc, kk = jax.random.split(jax.random.key(1), 3)
     xs = jax.random.uniform(kx, (steps, batch_size, model.input_dim))
     cs = jax.random.randint(kc, (steps, batch_size), 0, model.num_classes)
-    keys = jax.random.split(kk, steps)
-    return jax.block_until_ready((xs, cs, keys))
-
-
-def _warm_start(reference: Any, settings: Settings, params) -> None:
-    """One throwaway compile, so that JAX's one-time costs land on no measured path."""
-    import jax
-
-    from cvae_rosetta.spec.validation import Batch
-
-    xs, cs, keys = _data(settings, 2, 1)
-    state = reference.from_canonical(params, _config(settings))
-    compiled, _ = aot(
-        jax.jit(reference.train_step, donate_argnums=0), state, Batch(xs[0], cs[0]), keys[0]
-    )
-    jax.block_until_ready(compiled(state, Batch(xs[0], cs[0]), keys[0]))
+    xs, cs, keys = jax.block_until_ready((xs, cs, jax.random.split(kk, steps)))
+    batches = [Batch(xs[i], cs[i]) for i in range(steps)]
+    return xs, cs, keys, batches, [keys[i] for i in range(steps)]
 
 
 def empty_step(impl: Any, state: Any, batch: Any, key: Any) -> Any:
@@ -581,26 +556,14 @@ def empty_step(impl: Any, state: Any, batch: Any, key: Any) -> Any:
     return jax.jit(step, donate_argnums=0)
 
 
-def _roof_timer(a: Any, b: Any, calls: int) -> Callable:
-    import jax
-
-    matmul = jax.jit(lambda a, b: a @ b)
-    jax.block_until_ready(matmul(a, b))
-    return _timer(lambda state: (state, [matmul(a, b) for _ in range(calls)]))
-
-
 def _measure_batch(
     settings: Settings, impls, params, b: int, events: _Events, bar: _Progress
 ) -> dict[str, Any]:
     import jax
 
-    from cvae_rosetta.spec.validation import Batch
-
     config = _config(settings)
     k = settings.steps_at(b)
-    xs, cs, keys = _data(settings, b, k)
-    batches = [Batch(xs[i], cs[i]) for i in range(k)]
-    key_list = [keys[i] for i in range(k)]
+    xs, cs, keys, batches, key_list = _data(settings, b, k)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     timed: list[_Timed] = []
     # 0. every state and operand first: eager ops compile small programs of their own, which each
@@ -656,13 +619,8 @@ def _measure_batch(
         for unroll in unrolls[name]:
             state = scan_states[(name, unroll)]
             compiled, times = aot(epoch_program(impl, unroll), state, xs, cs, keys)
-            scans[(name, unroll)] = {
-                "impl": name,
-                "unroll": unroll,
-                "steps": k,
-                **times,
-                "memory": _memory(compiled),
-            }
+            memory = _memory(compiled)
+            scans[(name, unroll)] = dict(impl=name, unroll=unroll, steps=k, **times, memory=memory)
             call = _timer(lambda state, c=compiled: c(state, xs, cs, keys))
             timed.append(_Timed(("scan", name, unroll), call, state))
             bar.tick(f"compile scan {name} unroll {unroll}")
@@ -700,7 +658,10 @@ def _measure_batch(
         _, item.state = item.run(item.state)
         bar.tick("warm-up")
     roof_calls = max(3, min(k, 8))
-    timed.append(_Timed(("roof",), _roof_timer(*square, roof_calls), None))
+    matmul = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(matmul(*square))
+    roof_call = _timer(lambda state: (state, [matmul(*square) for _ in range(roof_calls)]))
+    timed.append(_Timed(("roof",), roof_call, None))
 
     # 5. the timed rounds
     _interleave(timed, settings.rounds, bar.tick)
@@ -716,19 +677,10 @@ def _measure_batch(
     for name, impl in impls.items():  # each fast path, then its idiomatic paths
         fast = rows[(name, FAST)]
         out_rows.append(fast)
+        same = {"path": SAME_AS_FAST, "label": f"{name}:{SAME_AS_FAST}", "kind": "idiomatic"}
         for path, make in paths_of(impl).items():
-            if make is not None:
-                out_rows.append(rows[(name, path)])
-            else:
-                out_rows.append(
-                    {
-                        **fast,
-                        "path": SAME_AS_FAST,
-                        "label": f"{name}:{SAME_AS_FAST}",
-                        "kind": "idiomatic",
-                        "same_as_fast": True,
-                    }
-                )
+            row = rows[(name, path)] if make is not None else {**fast, **same, "same_as_fast": True}
+            out_rows.append(row)
     for (name, unroll), scan in scans.items():
         scan["call_us"] = _spread(by_key[("scan", name, unroll)].seconds, 1)
     return {
@@ -754,29 +706,26 @@ def _measure_parallel(
     import jax
 
     from cvae_rosetta.spec import parallel
-    from cvae_rosetta.spec.validation import Batch
 
     config = _config(settings)
     b = settings.parallel_batch
     k = settings.steps_at(b)
     names = tuple(dict.fromkeys((REFERENCE, *(settings.parallel_impls or impls))))
-    xs, cs, keys = _data(settings, b, 1)
-    batch, key = Batch(xs[0], cs[0]), keys[0]
+    _, _, _, (batch,), (key,) = _data(settings, b, 1)
     plans = {}
     for name in names:
         plans[(name, "none", 1)] = parallel.Plan.create("none")
         for mechanism in settings.mechanisms:
             for n in settings.devices:
                 plans[(name, mechanism, n)] = parallel.Plan.create(mechanism, n)
-    timed, first, skipped = [], {}, []
+    timed, rows, skipped = [], {}, []
     for case, plan in plans.items():
-        impl = impls[case[0]]
+        name, mechanism, n = case
+        impl, fields = impls[name], {"impl": name, "mechanism": mechanism, "devices": n}
         try:
             parallel.check_mechanism(plan.mechanism, impl)
         except ConfigError as err:
-            skipped.append(
-                {"impl": case[0], "mechanism": case[1], "devices": case[2], "reason": str(err)}
-            )
+            skipped.append({**fields, "reason": str(err)})
             for _ in range(1 + settings.rounds):
                 bar.tick()
             continue
@@ -785,22 +734,12 @@ def _measure_parallel(
         start = time.perf_counter()
         state, metrics = step(state, batch, key)
         jax.block_until_ready((state, metrics))
-        first[case] = time.perf_counter() - start
+        rows[case] = {**fields, "first_call_s": time.perf_counter() - start}
         timed.append(_Timed(case, _loop(step, [batch] * k, [key] * k), state))
-        bar.tick(f"compile {case[0]} {case[1]} x{case[2]}")
+        bar.tick(f"compile {name} {mechanism} x{n}")
     _interleave(timed, settings.rounds, bar.tick)
-    rows = []
     for item in timed:
-        name, mechanism, n = item.key
-        rows.append(
-            {
-                "impl": name,
-                "mechanism": mechanism,
-                "devices": n,
-                "first_call_s": first[item.key],
-                "step_us": _spread(item.seconds, k),
-            }
-        )
+        rows[item.key]["step_us"] = _spread(item.seconds, k)
     return {
         "batch_size": b,
         "steps_per_round": k,
@@ -808,7 +747,7 @@ def _measure_parallel(
         "note": "forced host devices share the machine's cores"
         if jax.default_backend() == "cpu"
         else "",
-        "rows": rows,
+        "rows": list(rows.values()),
         "skipped": skipped,
     }
 
@@ -821,12 +760,9 @@ def _measure_precision(
     import jax
 
     from cvae_rosetta.spec.config import Config
-    from cvae_rosetta.spec.validation import Batch
 
     k = settings.steps_at(b)
-    xs, cs, keys = _data(settings, b, k)
-    batches = [Batch(xs[i], cs[i]) for i in range(k)]
-    key_list = [keys[i] for i in range(k)]
+    _, _, _, batches, key_list = _data(settings, b, k)
     timed = []
     for dtype in ("float32", "bfloat16"):
         config = Config(model=dataclasses.replace(settings.model, compute_dtype=dtype))
@@ -847,19 +783,14 @@ def _measure_precision(
 # --- writing --------------------------------------------------------------------------------------
 
 
-def make_out_dir(out: Path, *, overwrite: bool) -> Path:
-    """Create ``out`` (after :func:`check_out_dir`), removing a previous benchmark if allowed."""
-    from cvae_rosetta.app import rundir
-
-    return rundir.make_out_dir(out, overwrite=overwrite, marker=RESULT_FILE)
-
-
 def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list[str]:
     """``bench.json``, the plots and ``bench.md`` (the same page as ``docs/performance.md``,
-    linking the plots beside it) into ``out``; returns the names written."""
+    linking the plots beside it) into ``out``, a previous benchmark there removed where
+    ``overwrite``; returns the names written."""
     from cvae_rosetta import files
+    from cvae_rosetta.app import rundir
 
-    make_out_dir(out, overwrite=overwrite)
+    rundir.make_out_dir(out, overwrite=overwrite, marker=RESULT_FILE)
     files.write_json(out / RESULT_FILE, result)
     images = bench_report.plots(result, out)
     page = bench_report.page(result, images, source=RESULT_FILE)

@@ -23,8 +23,10 @@ from cvae_rosetta.bench.results import (
     FAST,
     OTHERS,
     REFERENCE,
+    SAME_AS_FAST,
     differs,
     fast_row,
+    load,
     loaded,
     provenance,
     scan_row,
@@ -125,11 +127,9 @@ def ratio(entry: dict[str, Any] | None, *, short: bool = False) -> str:
     text = f"≈ {r:.2f}x" if entry["within_noise"] else f"{r:.2f}x"
     if short:
         return text
-    digits = (
-        3
-        if not entry["within_noise"] and 1.0 in (round(entry["low"], 2), round(entry["high"], 2))
-        else 2
-    )
+    # a third digit where two would round a bound of an interval without 1.0 to 1.00
+    edge = not entry["within_noise"] and 1.0 in (round(entry["low"], 2), round(entry["high"], 2))
+    digits = 3 if edge else 2
     return f"{text} ({entry['low']:.{digits}f}–{entry['high']:.{digits}f})"
 
 
@@ -144,12 +144,6 @@ def _batches(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
 
 def _impls(result: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(r["impl"] for _, batch in _batches(result) for r in batch["paths"]))
-
-
-def _wrappers(result: dict[str, Any]) -> list[str]:
-    """``impl:path`` of every idiomatic path that is not its implementation's fast path."""
-    rows = [r for _, batch in _batches(result) for r in batch["paths"]]
-    return list(dict.fromkeys(r["label"] for r in rows if r["path"] not in (FAST, "idiomatic")))
 
 
 def _row(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
@@ -170,8 +164,7 @@ def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | Non
     ranked). ``note``: ``label -> {batch: words}`` added to a difference."""
     apart, same = [], []
     for label, cells in entries.items():
-        out = [(b, e) for b, e in cells if differs(e)]
-        if out:
+        if out := [(b, e) for b, e in cells if differs(e)]:
             apart.append((label, out))
         elif any(e for _, e in cells):
             same.append(label)
@@ -180,11 +173,8 @@ def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | Non
         values = sorted(e["ratio"] for _, e in cells)
         low, high = f"{values[0]:.2f}x", f"{values[-1]:.2f}x"
         size = low if low == high else f"{low} to {high}"
-        where = (
-            "every batch size"
-            if len(cells) == len(entries[label])
-            else "batch " + ", ".join(str(b) for b, _ in cells)
-        )
+        where = ", ".join(str(b) for b, _ in cells)
+        where = "every batch size" if len(cells) == len(entries[label]) else f"batch {where}"
         extra = [(note or {}).get(label, {}).get(b) for b, _ in cells]
         extra = "; ".join(dict.fromkeys(e for e in extra if e))
         parts.append(f"{label} {size} at {where}" + (f" ({extra})" if extra else ""))
@@ -215,6 +205,11 @@ def section(
     ]
 
 
+def _part(heading: str, text: str, *body: str) -> list[str]:
+    """A part of a section: its heading, its opening paragraph and what follows, as lines."""
+    return [heading, "", text, "", *body]
+
+
 def _conditions(result: dict[str, Any]) -> list[str]:
     env, settings, v = result["environment"], result["settings"], result["environment"]["versions"]
     frameworks = [n for n in v if n not in (*BASE_DISTRIBUTIONS, "python", "cvae-rosetta")]
@@ -236,8 +231,7 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"{model['compute_dtype']}, synthetic data, the same canonical parameters everywhere.",
         "",
     ]
-    outside = _outside_requirement(v.get("jax"))
-    if outside:
+    if outside := _outside_requirement(v.get("jax")):
         lines += [f"**jax {v['jax']} lies outside the project's `{outside}`**.", ""]
     if result.get("schema_read"):
         lines += [
@@ -274,9 +268,8 @@ def _outside_requirement(version: str | None) -> str | None:
 
 
 def _confidence(result: dict[str, Any]) -> float | None:
-    for _, batch in _batches(result):
-        entry = fast_row(batch, REFERENCE)["vs_pure_jax"]["step"]
-        return entry.get("confidence")
+    for _, batch in _batches(result):  # the first batch's
+        return fast_row(batch, REFERENCE)["vs_pure_jax"]["step"].get("confidence")
     return None
 
 
@@ -325,13 +318,11 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         }
         for i in labels
     }
-    return [
+    return _part(
         f"{h} Fast paths against pure JAX",
-        "",
         "**Device time**: the implementation's step run K times inside one jitted `lax.scan`, "
         "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
         "does to the compiled step.",
-        "",
         *_compared(result, device, labels),
         *_unrolls(result),
         "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
@@ -340,7 +331,7 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         "",
         *_compared(result, call, labels, note=same_device),
         *_image(images, "step_time", sized),
-    ]
+    )
 
 
 def _unrolls(result: dict[str, Any]) -> list[str]:
@@ -361,7 +352,8 @@ def _unrolls(result: dict[str, Any]) -> list[str]:
 
 def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     rows = {r["label"]: r for _, batch in _batches(result) for r in batch["paths"]}
-    labels = {w: path_label(rows[w]) for w in _wrappers(result)}
+    # every idiomatic path that is not its implementation's fast path
+    labels = {w: path_label(r) for w, r in rows.items() if r["path"] not in (FAST, SAME_AS_FAST)}
     if not labels:
         return []
 
@@ -371,68 +363,50 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     def extra(batch, label):
         return f", {_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
 
-    return [
+    return _part(
         f"{h} The frameworks' own jit wrappers",
-        "",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
         "same implementation's fast path, with the extra time per call (median against median).",
-        "",
         *_compared(result, get, labels, extra=extra),
-    ]
+    )
 
 
 def _overhead(result: dict[str, Any], h: str) -> list[str]:
     def cell(batch, label):
-        empty = fast_row(batch, label).get("empty_step_us")
-        return (
-            f"{_num(empty['median'])} ({_num(empty['min'])}–{_num(empty['max'])})" if empty else "-"
-        )
+        e = fast_row(batch, label).get("empty_step_us")
+        return f"{_num(e['median'])} ({_num(e['min'])}–{_num(e['max'])})" if e else "-"
 
-    return [
+    return _part(
         f"{h} What one call costs",
-        "",
         "µs per call of an *empty step*: a jitted function that takes the fast path's train state "
         "(donated), the batch and the key and hands back the state and zero metrics, computing "
         "nothing (median, fastest–slowest round).",
-        "",
         _grid(result, cell, {i: impl_label(i) for i in _impls(result)}),
-    ]
+    )
 
 
 def _compile(result: dict[str, Any], h: str) -> list[str]:
     b, batch = _batches(result)[-1]
-    rows = [
-        [
-            path_label(r),
-            *(_num(r.get(f), 2) for f in ("trace_s", "lower_s", "compile_s", "first_call_s")),
-        ]
-        for r in batch["paths"]
-        if not r.get("same_as_fast")
-    ]
+    times = ("trace_s", "lower_s", "compile_s", "first_call_s")
+    paths = [r for r in batch["paths"] if not r.get("same_as_fast")]
+    rows = [[path_label(r), *(_num(r.get(t), 2) for t in times)] for r in paths]
     hlo = [
-        [
-            impl_label(r["impl"]),
-            _num((r.get("flops") or 0) / 1e6, 1),
-            str(r["hlo"].get("fusions", "-")),
-            str(r["hlo"].get("copies", "-")),
-            str(r["hlo"].get("transposes", "-")),
-        ]
+        [impl_label(r["impl"]), _num((r.get("flops") or 0) / 1e6, 1)]
+        + [str(r["hlo"].get(count, "-")) for count in ("fusions", "copies", "transposes")]
         for r in _batches(result)[0][1]["paths"]
         if r["path"] == FAST and r.get("hlo")
     ]
-    return [
+    return _part(
         f"{h} Compile time and what XLA compiled",
-        "",
         f"Seconds at batch {b}, one measurement each (no interval): a fast path's "
         "`trace`, `lower` and `compile` after `jax.clear_caches()`; a wrapper's first call, "
         "split by JAX's own compile events.",
-        "",
         markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
         f"The fast paths' optimized HLO at batch {_batches(result)[0][0]}: MFLOP per step "
         "(`cost_analysis`), fusions, copies and transposes.",
         "",
         markdown_table(["fast path", "MFLOP", "fusions", "copies", "transposes"], hlo, "lrrrr"),
-    ]
+    )
 
 
 def _roof(result: dict[str, Any], h: str) -> list[str]:
@@ -443,24 +417,17 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         scan = max(batch["epoch"], key=lambda s: s.get("roof_fraction") or 0, default=None)
         e = (best or {}).get("roof_interval") or {}
         span = f" ({_pct(e['low'])}–{_pct(e['high'])})" if e.get("low") else ""
-        rows.append(
-            [
-                str(b),
-                _num(batch["roof"]["gflops_per_s"]),
-                f"{path_label(best)}: {_pct(e['ratio'])}{span}" if best else "-",
-                f"{impl_label(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-",
-            ]
-        )
+        per_call = f"{path_label(best)}: {_pct(e['ratio'])}{span}" if best else "-"
+        device = f"{impl_label(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-"
+        rows.append([str(b), _num(batch["roof"]["gflops_per_s"]), per_call, device])
     n = result["settings"]["roof_size"]
     header = ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"]
-    return [
+    return _part(
         f"{h} Against the matmul roof",
-        "",
         f"The roof is a jitted float32 {n}x{n} matmul timed in the same rounds; a path's GFLOP/s "
         "count the FLOPs of its fast path's `cost_analysis`.",
-        "",
         markdown_table(header, rows, "rrll"),
-    ]
+    )
 
 
 def _precision(result: dict[str, Any], h: str) -> list[str]:
@@ -468,24 +435,18 @@ def _precision(result: dict[str, Any], h: str) -> list[str]:
     if not parts:
         return []
     impls = list(dict.fromkeys(r["impl"] for p in parts for r in p["rows"]))
-    rows = []
-    for impl in impls:
-        cells = []
-        for part in parts:
-            row = next(
-                (r for r in part["rows"] if r["impl"] == impl and r["dtype"] == "bfloat16"), None
-            )
-            cells.append(ratio(row["vs_float32"]) if row else "-")
-        rows.append([impl_label(impl), *cells])
+    bf16 = [{r["impl"]: r for r in p["rows"] if r["dtype"] == "bfloat16"} for p in parts]
+    rows = [
+        [impl_label(i), *(ratio(b[i]["vs_float32"]) if i in b else "-" for b in bf16)]
+        for i in impls
+    ]
     header = ["bfloat16 / float32", *(f"batch {p['batch_size']}" for p in parts)]
-    return [
+    return _part(
         f"{h} bfloat16 against float32",
-        "",
         "Per call, each fast path with `compute_dtype` bfloat16 against the same path in float32 "
         "(parameters and Adam in float32 both ways), the two interleaved.",
-        "",
         markdown_table(header, rows, "l" + "r" * len(parts)),
-    ]
+    )
 
 
 def _parallel(result: dict[str, Any], h: str) -> list[str]:
@@ -498,10 +459,7 @@ def _parallel(result: dict[str, Any], h: str) -> list[str]:
     )
     cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in data["rows"]}
     rows = [
-        [
-            f"{m} x{n}",
-            *(ratio(cell[(i, m, n)].get("vs_serial")) if (i, m, n) in cell else "-" for i in impls),
-        ]
+        [f"{m} x{n}", *(ratio(cell.get((i, m, n), {}).get("vs_serial")) for i in impls)]
         for m, n in cases
     ]
     note = (
@@ -509,16 +467,12 @@ def _parallel(result: dict[str, Any], h: str) -> list[str]:
         if data.get("note")
         else ""
     )
-    return [
+    return _part(
         f"{h} Data parallelism",
-        "",
         f"The step `cvae train --data-parallel` runs, at global batch {data['batch_size']}, as a "
         f"ratio to the same implementation's serial step.{note}",
-        "",
-        markdown_table(
-            ["mechanism", *(impl_label(i) for i in impls)], rows, "l" + "r" * len(impls)
-        ),
-    ]
+        markdown_table(["mechanism", *map(impl_label, impls)], rows, "l" + "r" * len(impls)),
+    )
 
 
 # --- pages ----------------------------------------------------------------------------------------
@@ -564,13 +518,10 @@ def decision(results: Sequence[dict[str, Any]]) -> str:
     for need, impl, wrapper, caveat in NEEDS:
         reasons = [_reason(result, impl, wrapper) for result in results]
         rows.append([need, impl_label(impl), "<br>".join(r for r in reasons if r), caveat])
+    header = ["if you need", "use", "measured (per step, against pure JAX)", "mind"]
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
-    return (
-        markdown_table(
-            ["if you need", "use", "measured (per step, against pure JAX)", "mind"], rows
-        )
-        + f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
-    )
+    note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    return markdown_table(header, rows) + note
 
 
 def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
@@ -630,9 +581,9 @@ def terminal_summary(result: dict[str, Any]) -> str:
 # --- plots ----------------------------------------------------------------------------------------
 
 
-def figure_png(path: Path, height: float, draw) -> bool:
+def figure_png(path: Path, height: float, draw) -> None:
     """``draw(figure)`` on a figure :data:`FIGURE_WIDTH` x ``height`` inches, :data:`FIGURE_STYLE`,
-    written to ``path`` as a PNG at :data:`FIGURE_DPI`, atomically (not where it returns False)."""
+    written to ``path`` as a PNG at :data:`FIGURE_DPI`, atomically."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -642,24 +593,18 @@ def figure_png(path: Path, height: float, draw) -> bool:
     with matplotlib.rc_context(FIGURE_STYLE):
         figure = Figure(figsize=(FIGURE_WIDTH, height), dpi=FIGURE_DPI, layout="constrained")
         FigureCanvasAgg(figure)
-        if draw(figure) is False:
-            return False
+        draw(figure)
         save = lambda handle: figure.savefig(handle, format="png", dpi=FIGURE_DPI)
         atomic_write(path, save, parents=True)
-    return True
 
 
 def plots(result: dict[str, Any], directory: Path, prefix: str = "bench_") -> dict[str, str]:
-    """Draw every plot into ``directory``; returns ``plot name -> file name``."""
-    written: dict[str, str] = {}
+    """Draw every plot (:data:`PLOTS`) into ``directory``; returns ``plot name -> file name``."""
     if not result["batches"]:
-        return written
-    drawers = {"step_time": (_plot_step_time, 3.5)}  # name: (draw, height in inches)
-    for name, (draw, height) in drawers.items():
-        file = f"{prefix}{name}.png"
-        if figure_png(directory / file, height, lambda figure, d=draw: d(figure, result)):
-            written[name] = file
-    return written
+        return {}
+    file = f"{prefix}step_time.png"
+    figure_png(directory / file, 3.5, lambda figure: _plot_step_time(figure, result))  # inches high
+    return {"step_time": file}
 
 
 def _errorbar(axis, xs, entries, i, label):
@@ -712,16 +657,12 @@ def write_between_markers(doc: Path, begin: str, end: str, text: str) -> None:
 def render_docs(sources: Sequence[tuple[Path, str]], docs: Path) -> list[Path]:
     """``docs/performance.md``, its plots and the decision table of ``docs/choosing.md`` from
     result files ``(path, plot prefix)`` (from :func:`cvae_rosetta.bench.results.load`)."""
-    from cvae_rosetta.bench.results import load
-
-    parts, results = [], []
+    parts = []
     for path, prefix in sources:
         result = load(path)
         images = {k: f"img/{v}" for k, v in plots(result, docs / "img", prefix).items()}
         parts.append((f"benchmarks/results/{path.name}", result, images))
-        results.append(result)
     write_text(docs / "performance.md", performance_page(parts))
-    write_between_markers(
-        docs / "choosing.md", DECISION_BEGIN, DECISION_END, decision(results).rstrip()
-    )
+    table = decision([result for _, result, _ in parts]).rstrip()
+    write_between_markers(docs / "choosing.md", DECISION_BEGIN, DECISION_END, table)
     return [docs / "performance.md", docs / "choosing.md"]

@@ -14,6 +14,7 @@ path once, interleaved. Where the interval holds 1.0 the difference is noise.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
 import os
@@ -88,18 +89,13 @@ def interval(values: Sequence[float], bases: Sequence[float]) -> dict[str, Any]:
     ratios = sorted(v / b for v, b in zip(values, bases, strict=True))
     n = len(ratios)
     out: dict[str, Any] = {"ratio": statistics.median(ratios), "rounds": n}
-    ks = [k for k in range(1, n // 2 + 1) if _coverage(n, k) >= CONFIDENCE]
-    k = max(ks) if ks else 1
     if n < MIN_ROUNDS:
         return {**out, "low": None, "high": None, "within_noise": None, "confidence": None}
+    ks = [k for k in range(1, n // 2 + 1) if _coverage(n, k) >= CONFIDENCE]
+    k = max(ks) if ks else 1
     low, high = ratios[k - 1], ratios[n - k]
-    return {
-        **out,
-        "low": low,
-        "high": high,
-        "within_noise": low <= 1.0 <= high,
-        "confidence": _coverage(n, k),
-    }
+    within = low <= 1.0 <= high
+    return {**out, "low": low, "high": high, "within_noise": within, "confidence": _coverage(n, k)}
 
 
 def differs(entry: dict[str, Any] | None) -> bool:
@@ -179,12 +175,10 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 
@@ -262,8 +256,7 @@ def provenance(result: dict[str, Any]) -> str:
 
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A result file, read. A ``bench`` result has every derived figure (intervals included)
-    computed again from its measured rounds, so that a file of an older schema reads as one of
-    today's."""
+    computed again from its rounds, so that a file of an older schema reads as one of today's."""
     import json
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
