@@ -144,6 +144,23 @@ def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = False) -
     _fsync_directory(target.parent)
 
 
+@contextlib.contextmanager
+def closed_after(*things: Any) -> Iterator[None]:
+    """Close ``things`` (those not None) when the block ends. Where the block fails, its failure is
+    the one raised: a close that fails after it is dropped (a full disk fails the close of a file
+    whose write it failed, since the close writes the buffer again)."""
+    things = tuple(thing for thing in things if thing is not None)
+    try:
+        yield
+    except BaseException:
+        for thing in things:
+            with contextlib.suppress(Exception):
+                thing.close()
+        raise
+    for thing in things:
+        thing.close()
+
+
 # --- a write the disk refuses ---------------------------------------------------------------------
 
 # errno values that mean the disk, not the program: full, read-only, over quota

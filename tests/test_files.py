@@ -197,3 +197,52 @@ def test_every_output_has_the_umask_permissions(tmp_path, capsys):
     assert json.loads(report.read_text())["summary"]["pure_jax"]["passed"] == 2
     assert wrong_modes(root) == []
     assert not list(root.rglob(".*.tmp"))
+
+
+class _Closes:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error, self.closed = error, False
+
+    def close(self) -> None:
+        self.closed = True
+        if self.error is not None:
+            raise self.error
+
+
+def test_a_failed_block_raises_its_own_failure_though_a_close_fails_after_it():
+    """Seen in CI under a full disk: metrics.jsonl's close wrote its buffer again and failed, and
+    its bare OSError (no file name) replaced the run's WriteFailed, so the line said 'could not
+    write an output file' instead of naming the file and the resume command."""
+    full = OSError(28, "No space left on device")
+    failing, fine = _Closes(full), _Closes()
+    failure = files.WriteFailed(Path("run/tb"), "the TensorBoard events", "No space left")
+    with pytest.raises(files.WriteFailed) as raised, files.closed_after(failing, None, fine):
+        raise failure
+    assert raised.value is failure and failing.closed and fine.closed
+    # nothing failed before: the close's failure is raised
+    with pytest.raises(OSError) as raised, files.closed_after(_Closes(full)):
+        pass
+    assert raised.value is full
+
+
+def test_the_metrics_log_names_its_file_when_its_close_fails_after_a_failed_write(tmp_path):
+    from cvae_rosetta.app import rundir
+
+    log = rundir.MetricsLog(tmp_path / "metrics.jsonl")
+    real = log._file
+
+    class Full:  # a full disk: the buffered record is written again at the close, and fails
+        def write(self, text):
+            return len(text)
+
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+        close = flush
+
+    log._file = Full()
+    with pytest.raises(files.WriteFailed):
+        log({"step": 1})
+    with pytest.raises(files.WriteFailed, match="metrics.jsonl"):
+        log.close()
+    real.close()

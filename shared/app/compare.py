@@ -325,7 +325,7 @@ def _train_one(
     state, keys, start, history = begun
     log = MetricsLog(run_dir / "metrics.jsonl")
     saver = checkpoint.Saver(run_dir, impl, config, keys, dataset, keep=1)
-    try:
+    with files.closed_after(log, saver):
         return train(
             impl,
             state,
@@ -340,9 +340,6 @@ def _train_one(
             on_checkpoint=saver,  # at the end, and at a stop
             decide=signals.Cadence(0, 0.0, stop=stop),
         )
-    finally:
-        log.close()
-        saver.close()
 
 
 def _finish_one(

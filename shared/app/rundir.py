@@ -193,7 +193,10 @@ class MetricsLog:
             self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        """Close the file; after a failed write its buffer still holds that record, which the close
+        tries to write again, and may fail on the same full disk."""
+        with files.writing(self.path.name, self.path):
+            self._file.close()
 
 
 def read_metrics(path: Path) -> list[Record]:

@@ -485,7 +485,7 @@ def _train_into(
         if board is not None and _evaluated(record):  # its epoch scalars need the test metrics
             board(record)
 
-    try:
+    with files.closed_after(log, saver, board):
         result = train(
             impl,
             state,
@@ -506,11 +506,6 @@ def _train_into(
             eval_every=options.eval_every,
             log_every=options.log_every,
         )
-    finally:
-        log.close()
-        saver.close()
-        if board is not None:
-            board.close()
     outcome = Outcome(out, impl.name, dataset.name, config, result)
     if result.stopped:
         outcome.stopped_by = cadence.stopped_by
