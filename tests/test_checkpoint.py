@@ -452,9 +452,12 @@ def test_resume_of_what_is_not_a_resumable_run(tmp_path, capsys):
     (tmp_path / "nockpt" / "config.json").write_text(
         json.dumps({"impl": "pure_jax", "config": config().to_dict()})
     )
+    (tmp_path / "number").mkdir()  # before this change: TypeError, a traceback
+    (tmp_path / "number" / "config.json").write_text("5")
     for target, message in (
         (tmp_path / "missing", "--resume: expected a run directory of cvae train"),
         (tmp_path / "empty", "holds none"),
+        (tmp_path / "number", "config.json to name its implementation and config, it does not"),
         (tmp_path / "nockpt", "checkpoints (cvae train writes checkpoints there), got no such"),
     ):
         assert train("--resume", str(target), "--no-progress") == 2

@@ -160,7 +160,9 @@ def test_resume_refuses_what_is_no_comparison(tmp_path, capsys):
     train_run = tmp_path / "run"
     train_run.mkdir()
     (train_run / "config.json").write_text(json.dumps({"impl": "pure_jax", "config": {}}))
-    for where in (tmp_path / "missing", train_run):
+    (not_a_record := tmp_path / "list").mkdir()  # before this change: AttributeError, a traceback
+    (not_a_record / "config.json").write_text("[1, 2]")
+    for where in (tmp_path / "missing", train_run, not_a_record):
         assert main(["compare", "--resume", str(where)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "expected a cvae compare directory" in err[0], err

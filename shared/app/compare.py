@@ -188,16 +188,12 @@ def read_comparison(workdir: str | Path) -> tuple[Path, dict[str, Any], Config]:
             f"resume: expected a cvae compare directory holding config.json, got {path} ({got})"
         ) from None
     impls = record.get("impls") if isinstance(record, dict) else None
-    if record.get("command") != "compare" or not isinstance(impls, list) or "config" not in record:
+    if not isinstance(impls, list) or record.get("command") != "compare" or "config" not in record:
         raise CheckpointError(
             f"resume: expected a cvae compare directory (its config.json naming its "
             f"implementations), got {path} (for a cvae train run: cvae train --resume)"
         )
-    try:
-        config = Config.from_dict(record["config"])
-    except ConfigError as err:
-        raise ConfigError(f"{marker}: {err}") from err
-    return path, record, config
+    return path, record, resuming.stored_config(record, marker)
 
 
 def run(

@@ -74,17 +74,22 @@ def read_run(directory: Any, *, flag: str = "run_dir") -> tuple[Path, dict[str, 
     if not isinstance(data, dict) or not isinstance(data.get("impl"), str) or "config" not in data:
         hint = (
             " (a cvae compare directory: pick one implementation's folder)"
-            if "impls" in data
+            if isinstance(data, dict) and "impls" in data
             else ""
         )
         raise CheckpointError(
             f"{flag}: expected {marker} to name its implementation and config{hint}, it does not"
         )
+    return path, data, stored_config(data, marker)
+
+
+def stored_config(data: dict[str, Any], marker: Path) -> Config:
+    """The config a run's ``config.json`` (``marker``, read into ``data``) holds; a bad one is
+    refused naming the file."""
     try:
-        config = Config.from_dict(data["config"])
+        return Config.from_dict(data["config"])
     except ConfigError as err:
         raise ConfigError(f"{marker}: {err}") from err
-    return path, data, config
 
 
 @dataclasses.dataclass
