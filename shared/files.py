@@ -285,6 +285,22 @@ def silence_stderr() -> None:
         _silence(os.dup(2))
 
 
+def on_terminal(stream: Any = None) -> bool:
+    """Whether a progress bar belongs on ``stream`` (default: stderr as it is now): a terminal, or
+    a notebook (where tqdm draws a widget). Anywhere else (a file, a pipe, a CI log) its
+    carriage-return frames would pile up, so the run prints plain lines there instead."""
+    from tqdm.asyncio import tqdm as console
+    from tqdm.auto import tqdm
+
+    if tqdm is not console:  # tqdm.auto chose the notebook's widget
+        return True
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
 def say(line: str) -> None:
     """``line`` (and a newline) on the process's stderr: where :func:`silence_stderr` kept it
     once it silenced file descriptor 2, else on ``sys.stderr``."""

@@ -313,7 +313,7 @@ def test_the_benchmarks_progress_is_a_line_per_stage_off_a_terminal(capsys, monk
     assert "\r" not in err
     assert err.splitlines() == ["cvae bench: warm-up (0/4 done)", "cvae bench: batch 8 (1/4 done)"]
     assert ticks(harness._Progress(4, False)) == ""  # --no-progress: nothing
-    monkeypatch.setattr(trainer, "on_terminal", lambda stream=None: True)
+    monkeypatch.setattr(files, "on_terminal", lambda stream=None: True)
     err = ticks(harness._Progress(4, True))
     assert "\r" in err and "done)" not in err  # the bar, as before
 

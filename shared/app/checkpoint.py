@@ -504,7 +504,7 @@ class Checkpoints:
                 shutil.rmtree(leftover, ignore_errors=True)
 
     @functools.cached_property
-    def _orbax(self) -> tuple[Any, Any, type, Any]:
+    def _saving(self) -> tuple[Any, Any, type, Any]:
         """Orbax, the handler, its arguments' class and the ``Checkpointer``: made at the first
         save or restore, so a run's start does not import Orbax before its first step."""
         ocp, items, args = _orbax()
@@ -540,7 +540,7 @@ class Checkpoints:
         return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
 
     def save(self, checkpoint: Checkpoint) -> None:
-        ocp, handler, args, checkpointer = self._orbax
+        ocp, handler, args, checkpointer = self._saving
         _SAVES[0] += 1
         where = self.directory / str(checkpoint.step)
         if where.exists():
@@ -627,7 +627,7 @@ class Checkpoints:
 
     def restore(self, step: int) -> Checkpoint:
         """The checkpoint of ``step``, its files and every array checked against their SHA-256."""
-        ocp, _, args, checkpointer = self._orbax
+        ocp, _, args, checkpointer = self._saving
         self.verify_files(step)
         source = str(self.directory / str(step))
         try:
@@ -666,8 +666,8 @@ class Checkpoints:
         raise CheckpointError(f"checkpoint: expected an intact checkpoint, got none ({listing})")
 
     def close(self) -> None:
-        if "_orbax" in self.__dict__:  # made (by a save or a restore)
-            self._orbax[3].close()
+        if "_saving" in self.__dict__:  # made (by a save or a restore)
+            self._saving[3].close()
 
 
 def checkpoints_of(run_dir: Path) -> Path:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from cvae_rosetta import files
+
 
 class Stopped(KeyboardInterrupt):
     """A run stopped by a signal at a point that cannot wait for a checkpoint (its final outputs);
@@ -49,7 +51,7 @@ class GracefulStop:
         self.signum = signum
         if self._immediate:
             raise Stopped(signum)
-        if _on_terminal():  # someone waits at it; a log gets the one line the stop ends with
+        if files.on_terminal():  # someone waits at it; a log gets the one line the stop ends with
             print(
                 f"cvae: {signal.Signals(signum).name}: stopping after this step, once a "
                 "checkpoint is written (Ctrl-C again to stop at once)",
@@ -84,13 +86,6 @@ class GracefulStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-
-
-def _on_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # replaced by an object without it, or closed
-        return False
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:

@@ -47,6 +47,7 @@ import numpy as np
 
 from cvae_rosetta.app.data import Dataset, EpochBatches, Split, eval_batches
 from cvae_rosetta.app.parallel import epoch_step
+from cvae_rosetta.files import on_terminal
 from cvae_rosetta.spec import optim, parallel
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
@@ -243,22 +244,6 @@ def _raise_first_nan(error, impl, t: int, epoch: int) -> None:
             + " ".join(message.split()).rstrip(".")
             + (f" at {here.strip()}" if here else "")
         )
-
-
-def on_terminal(stream: Any = None) -> bool:
-    """Whether a progress bar belongs on ``stream`` (default: stderr as it is now): a terminal, or
-    a notebook (where tqdm draws a widget). Anywhere else (a file, a pipe, a CI log) its
-    carriage-return frames would pile up, so the run prints plain lines there instead."""
-    from tqdm.asyncio import tqdm as console
-    from tqdm.auto import tqdm
-
-    if tqdm is not console:  # tqdm.auto chose the notebook's widget
-        return True
-    stream = sys.stderr if stream is None else stream
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or closed
-        return False
 
 
 def _progress(total: int, desc: str, enabled: bool, initial: int = 0):

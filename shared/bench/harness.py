@@ -428,12 +428,12 @@ def paths_of(impl: Any) -> dict[str, Callable | None]:
 
 
 class _Progress:
-    """A bar on a terminal (``app.trainer.on_terminal``), else a plain line per stage on stderr."""
+    """A bar on a terminal (``files.on_terminal``), else a plain line per stage on stderr."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         from tqdm.auto import tqdm
 
-        from cvae_rosetta.app.trainer import on_terminal
+        from cvae_rosetta.files import on_terminal
 
         drawn = enabled and on_terminal()
         self.bar = tqdm(total=total, desc="cvae bench", disable=not drawn, dynamic_ncols=True)
