@@ -2,17 +2,18 @@
 # The GPU's figures: the CPU's harness (cvae bench) with GPU-sized parts, and the conformance suite
 # on the device, each in a call of its own, both inside one 15-minute device session.
 #
-#     benchmarks/gpu.sh bench [--out DIR] [cvae bench flags]   # about 4 minutes on one H200
+#     benchmarks/gpu.sh bench [--out DIR] [cvae bench flags]   # at most 7 minutes on one H200
 #     benchmarks/gpu.sh suite [--out DIR]                      # about 5 minutes
 #     benchmarks/gpu.sh smoke [--out DIR]                      # both on the CPU, toy sizes
 #
 # First, once, from the repository root: pip install ".[all,cuda,test]". Without a GPU (bench,
 # suite) it says so in one line and exits with status 2.
 #
-# bench: cvae bench at batch 1, 256 and 4096 (the roof a 8192 matmul, bfloat16 at 4096, the
-#   data-parallel mechanisms on the devices present), killed at BENCH_LIMIT seconds (300): the
-#   last H200 run measured batch 1 and 4096 with every path in 120 s, so three batch sizes with 10
-#   rounds fit with room to spare. It writes DIR/bench.json (default benchmarks/results/gpu/);
+# bench: cvae bench at batch 1, 256, 4096 and 32768 (the roof a 8192 matmul beside the streaming
+#   bandwidth, bfloat16 and pure JAX's step variants at 4096, the data-parallel mechanisms on the
+#   devices present), killed at BENCH_LIMIT seconds (420): the last H200 run measured batch 1 and
+#   4096 with every path but Keras in 120 s; four batch sizes, Keras and the variants have not run
+#   on a GPU yet, so the limit leaves the suite its 280 s in a 15-minute lending and no more. It writes DIR/bench.json (default benchmarks/results/gpu/);
 #   copy it to benchmarks/results/bench_gpu.json and run python benchmarks/render.py.
 # suite: every implementation's conformance suite side by side, one pytest per implementation,
 #   each stopped with SIGINT at SUITE_LIMIT seconds (280) so that it still writes its report
@@ -57,8 +58,9 @@ suite() {  # the time limit, pytest's own arguments, then the implementations, s
 
 case "$part" in
     bench)
-        bench "${BENCH_LIMIT:-300}" --batch-sizes 1,256,4096 --roof-size 8192 \
-            --precision-batches 4096 --devices 1 --epoch-examples 65536 "$@" ;;
+        bench "${BENCH_LIMIT:-420}" --batch-sizes 1,256,4096,32768 --roof-size 8192 \
+            --precision-batches 4096 --technique-batches 4096 --devices 1 \
+            --epoch-examples 65536 "$@" ;;
     suite)
         suite "${SUITE_LIMIT:-280}" "" $("$python" -c 'from cvae_rosetta.spec import protocol
 print(" ".join(i.name for i in protocol.known() if i.installed))') ;;
@@ -66,6 +68,6 @@ print(" ".join(i.name for i in protocol.known() if i.installed))') ;;
         export JAX_PLATFORMS=cpu
         bench 600 --impls pure_jax --batch-sizes 2 --rounds 5 --steps 8 --unrolls 1 --devices 1 \
             --mechanisms sharded --parallel-batch 4 --roof-size 64 --precision-batches 2 \
-            --epoch-examples 16 "$@"
+            --technique-batches none --epoch-examples 16 "$@"
         suite 300 "-k init" pure_jax ;;
 esac

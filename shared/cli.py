@@ -1125,7 +1125,7 @@ def _add_bench_command(sub: Any) -> None:
         "--quick",
         action="store_true",
         help="about a minute: batch sizes 8,256, 5 rounds, fewer steps, pure JAX only in the "
-        "data-parallel cases, no bfloat16 (flags given explicitly still apply)",
+        "data-parallel cases, no bfloat16, no step variants (flags given explicitly still apply)",
     )
     default = bench.Settings()
     for name, metavar, text in (
@@ -1150,6 +1150,12 @@ def _add_bench_command(sub: Any) -> None:
             "B,B",
             "batch sizes of bfloat16 against float32, or none "
             f"[{_joined(default.precision_batches)}]",
+        ),
+        (
+            "technique-batches",
+            "B,B",
+            "batch sizes of pure JAX's step variants (no donation, optax.flatten, optax's "
+            f"clipping), or none [{_joined(default.technique_batches)}]",
         ),
     ):
         p.add_argument(f"--{name}", default=None, metavar=metavar, help=text)

@@ -131,17 +131,23 @@ def cpu_step_grows_with_the_batch() -> list[str]:
 
 
 def cpu_closest_at_the_largest_batch() -> list[str]:
-    """On the CPU, each idiomatic path's ratio to its fast path is smallest at the largest batch."""
+    """On the CPU, each idiomatic path's ratio to its fast path is smallest at the largest batch,
+    or within noise of 1.0 there (no difference measured: none can be closer, and medians inside
+    the noise are never ranked)."""
     wrong = []
     largest = sizes("CPU")[-1]
     ratios: dict[str, dict[str, float]] = {}
+    level: set[str] = set()  # within noise of the fast path at the largest batch
     for size in sizes("CPU"):
         for row in idiomatic("CPU", size):
-            ratios.setdefault(name(row), {})[size] = against_fast("CPU", size, row)["ratio"]
+            entry = against_fast("CPU", size, row)
+            ratios.setdefault(name(row), {})[size] = entry["ratio"]
+            if size == largest and entry["within_noise"]:
+                level.add(name(row))
     for path, by_size in ratios.items():
         if largest not in by_size:
             wrong.append(f"CPU: {path} not measured at batch {largest}")
-        elif min(by_size.values()) < by_size[largest]:
+        elif path not in level and min(by_size.values()) < by_size[largest]:
             low = min(by_size, key=by_size.get)
             wrong.append(
                 f"CPU: {path} {by_size[largest]:.2f}x at batch {largest}, "

@@ -112,6 +112,7 @@ def test_cvae_bench_measures_it_under_its_label(outside, tmp_path):
         *("--batch-sizes", "2", "--rounds", "5", "--steps", "8", "--epoch-examples", "16"),
         *("--unrolls", "1", "--devices", "1", "--mechanisms", "sharded", "--parallel-batch", "2"),
         *("--parallel-impls", "pure_jax", "--roof-size", "64", "--precision-batches", "none"),
+        *("--technique-batches", "none"),
         timeout=600,
     )
     result = json.loads((out / "bench.json").read_text())

@@ -11,8 +11,11 @@ interleaved (the order rotating), so that the ratios pair up round by round
 - **per call**: a Python loop of ``K`` steps over ``K`` device-resident batches; and an *empty
   step* (the same state donated in and handed back, computing nothing): what one call costs;
 - **device time**: the same ``K`` steps as one jitted ``lax.scan`` (pure JAX also unrolled);
-- **FLOPs, memory, HLO**: ``cost_analysis``, ``memory_analysis`` and the optimized HLO's counts of
-  the fast path, GFLOP/s against a square matmul roof timed in the same rounds;
+- **FLOPs, bytes, memory, HLO**: ``cost_analysis``, ``memory_analysis``, the optimized HLO's counts
+  and fingerprint of the fast path; the roofline's two rates timed in the same rounds: a square
+  matmul and a streaming Adam-like update over buffers the size of the parameters;
+- **techniques**: pure JAX's step without donation, with ``optax.flatten``, and with optax's own
+  clipping or AdamW in place of the shared halves, against its fast path, with bytes and fusions;
 - **data parallelism**: ``Plan(mechanism, n).make_step`` (the step ``cvae train`` runs) for every
   mechanism and device count, against the serial step;
 - **bfloat16**: every fast path in bfloat16 against float32 at the ``precision_batches``;
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -77,6 +82,7 @@ class Settings:
     impls: tuple[str, ...] | None = None  # None: every installed implementation
     roof_size: int = 1024  # N of the N x N matmul roof
     precision_batches: tuple[int, ...] = (256,)  # batch sizes of bfloat16 against float32
+    technique_batches: tuple[int, ...] = (1, 256)  # batch sizes of pure JAX's step variants
     quick: bool = False
     # the MNIST-sized default; smaller only in tests
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
@@ -101,6 +107,7 @@ QUICK = dict(
     mechanisms=("sharded", "shard_map"),
     parallel_impls=(REFERENCE,),
     precision_batches=(),
+    technique_batches=(),
 )
 
 
@@ -152,6 +159,7 @@ PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "impls": _names,
     "roof_size": _int,
     "precision_batches": lambda f, t: () if t == "none" else _ints(f, t),
+    "technique_batches": lambda f, t: () if t == "none" else _ints(f, t),
 }
 SETTING_FLAGS = tuple(PARSERS)
 
@@ -315,13 +323,26 @@ def _memory(compiled: Any) -> dict[str, int]:
     }
 
 
-def hlo_stats(text: str) -> dict[str, int]:
+def program(text: str) -> str:
+    """An optimized HLO module as XLA runs it, without what names it: no source tables, metadata,
+    instruction or parameter names (renamed in order of appearance). Two steps with the same
+    program run the same kernels on the same buffers, whatever framework traced them."""
+    body = text[min((text.find(m) for m in ("\n%", "\nENTRY ") if m in text), default=0) :]
+    body = re.sub(r",? metadata=\{[^}]*\}", "", body)
+    names: dict[str, str] = {}
+    body = re.sub(r"%([\w.\-]+)", lambda m: names.setdefault(m[1], f"%{len(names)}"), body)
+    return re.sub(r"([(,] ?)[A-Za-z_][\w.]*: ", r"\1p: ", body)
+
+
+def hlo_stats(text: str) -> dict[str, Any]:
     """Counts over the entry computation of an optimized HLO module: instructions, fusions, library
-    fusions (``kind=kCustom``: XNNPACK/YNNPACK/oneDNN), plain dots, copies; and the transposes of
-    the whole module (fusion bodies included: a weight transposed every step shows there)."""
+    fusions (``kind=kCustom``: XNNPACK/YNNPACK/oneDNN), plain dots, copies; the transposes of
+    the whole module (fusion bodies included: a weight transposed every step shows there); and
+    the fingerprint of its :func:`program`."""
     entry = text.split("\nENTRY ", 1)[-1].split("\n}\n", 1)[0]
     lines = [line for line in entry.splitlines()[1:] if " = " in line]
     return {
+        "fingerprint": hashlib.sha256(program(text).encode()).hexdigest()[:16],
         "instructions": len(lines),
         "fusions": sum(" fusion(" in line for line in lines),
         "library_fusions": sum("kind=kCustom" in line for line in lines),
@@ -403,7 +424,7 @@ def _interleave(timed: Sequence[_Timed], rounds: int, tick: Callable[[str], None
             tick(f"round {r + 1}/{rounds}")
 
 
-def epoch_program(impl: Any, unroll: int) -> Any:
+def epoch_program(impl: Any, unroll: int, donate: bool = True) -> Any:
     """``(state, xs [K, B, D], cs [K, B], keys [K]) -> (state, metrics [K])``: ``K`` train steps
     as one jitted ``lax.scan`` over device-resident batches, the state donated."""
     import jax
@@ -417,7 +438,7 @@ def epoch_program(impl: Any, unroll: int) -> Any:
 
         return jax.lax.scan(body, state, (xs, cs, keys), unroll=unroll)
 
-    return jax.jit(epoch, donate_argnums=0)
+    return jax.jit(epoch, donate_argnums=0 if donate else ())
 
 
 def paths_of(impl: Any) -> dict[str, Callable | None]:
@@ -453,12 +474,19 @@ def _work(settings: Settings, impls: dict[str, Any]) -> int:
     # timed per round: each fast path, its empty step and each idiomatic path
     timed = sum(2 + sum(m is not None for m in paths_of(i).values()) for i in impls.values())
     scans = len(impls) + len([u for u in settings.unrolls if u != 1])
-    per_batch = paths + scans + (timed + scans) + settings.rounds * (timed + scans + 1)
+    per_batch = paths + scans + (timed + scans) + settings.rounds * (timed + scans + 2)
     cases = len(settings.parallel_impls or impls) * (
         1 + len(settings.mechanisms) * len(settings.devices)
     )
     precision = len(settings.precision_batches) * 2 * len(impls) * (1 + settings.rounds)
-    return 1 + len(settings.batch_sizes) * per_batch + cases * (1 + settings.rounds) + precision
+    techniques = len(settings.technique_batches) * len(TECHNIQUES) * (1 + 2 * settings.rounds)
+    return (
+        1
+        + len(settings.batch_sizes) * per_batch
+        + cases * (1 + settings.rounds)
+        + precision
+        + techniques
+    )
 
 
 def run(
@@ -495,11 +523,13 @@ def run(
         jax.block_until_ready(compiled(state, batch, key))
         bar.tick()
         result["batches"] = {}
-        for b in settings.batch_sizes:
+        for turn, b in enumerate(settings.batch_sizes):
             result["load_average"]["during"].append(load_average())
             bar.stage = f"batch {b}"
             meter.lap()
-            result["batches"][str(b)] = _measure_batch(settings, impls, params, b, events, bar)
+            result["batches"][str(b)] = _measure_batch(
+                settings, impls, params, b, turn, events, bar
+            )
             others["phases"][f"batch {b}"] = meter.lap()
         bar.stage = "data parallel"
         result["data_parallel"] = _measure_parallel(settings, impls, params, bar)
@@ -509,6 +539,12 @@ def run(
             _measure_precision(settings, impls, params, b, bar) for b in settings.precision_batches
         ]
         others["phases"]["bfloat16"] = meter.lap()
+        bar.stage = "techniques"
+        result["techniques"] = [
+            _measure_techniques(settings, impls[REFERENCE], params, b, bar)
+            for b in settings.technique_batches
+        ]
+        others["phases"]["techniques"] = meter.lap()
         others["cores"] = meter.total()
     finally:
         jax.monitoring.unregister_event_duration_listener(events)
@@ -557,7 +593,7 @@ def empty_step(impl: Any, state: Any, batch: Any, key: Any) -> Any:
 
 
 def _measure_batch(
-    settings: Settings, impls, params, b: int, events: _Events, bar: _Progress
+    settings: Settings, impls, params, b: int, turn: int, events: _Events, bar: _Progress
 ) -> dict[str, Any]:
     import jax
 
@@ -585,10 +621,14 @@ def _measure_batch(
     n = settings.roof_size
     ka, kb = jax.random.split(jax.random.key(4))
     square = (jax.random.normal(ka, (n, n)), jax.random.normal(kb, (n, n)))
+    stream, stream_args, stream_bytes = streaming_update(params)
     jax.block_until_ready((states, empty_states, scan_states, square))
 
-    # 1. every fast path from cold caches, trace, lower and compile apart; keep the executables
-    for name, impl in impls.items():
+    # 1. every fast path from cold caches, trace, lower and compile apart; keep the executables.
+    #    The order rotates from batch size to batch size, so that no path always compiles first.
+    names = list(impls)
+    for name in names[turn % len(names) :] + names[: turn % len(names)]:
+        impl = impls[name]
         state = states[name]
         jitted = jax.jit(impl.train_step, donate_argnums=0)
         compiled, times = aot(jitted, state, batches[0], key_list[0])
@@ -662,12 +702,15 @@ def _measure_batch(
     jax.block_until_ready(matmul(*square))
     roof_call = _timer(lambda state: (state, [matmul(*square) for _ in range(roof_calls)]))
     timed.append(_Timed(("roof",), roof_call, None))
+    stream_call = _timer(lambda buffers: (_repeat(stream, buffers, roof_calls), ()))
+    timed.append(_Timed(("bandwidth",), stream_call, stream_args))
 
     # 5. the timed rounds
     _interleave(timed, settings.rounds, bar.tick)
 
     by_key = {item.key: item for item in timed}
     roof = _spread(by_key[("roof",)].seconds, roof_calls)
+    stream_us = _spread(by_key[("bandwidth",)].seconds, roof_calls)
     roof_flops = 2.0 * n**3
     for key, row in rows.items():
         row["step_us"] = _spread(by_key[key].seconds, k)
@@ -692,10 +735,40 @@ def _measure_batch(
             "call_us": roof,
             "gflops_per_s": roof_flops / roof["median"] / 1e3,
         },
+        "bandwidth": {
+            "what": "m, v, p = Adam-like update of float32 buffers the size of the parameters",
+            "bytes": stream_bytes,
+            "call_us": stream_us,
+            "gb_per_s": stream_bytes / stream_us["median"] / 1e3,
+        },
         "paths": out_rows,
         "epoch": list(scans.values()),
         "peak_rss_bytes": peak_rss_bytes(),
     }
+
+
+def streaming_update(params: Any) -> tuple[Any, tuple, float]:
+    """The bandwidth half of the roofline: ``(g, m, v, p) -> (g, m', v', p')``, Adam's pass over
+    float32 buffers of the parameters' total size (4 reads, 3 writes, elementwise, all donated),
+    compiled; its operands; and the bytes its ``cost_analysis`` counts."""
+    import jax
+    import jax.numpy as jnp
+
+    size = sum(leaf.size for leaf in jax.tree.leaves(params))
+    buffers = tuple(jnp.full((size,), 0.5 + i, jnp.float32) for i in range(4))
+
+    def update(g, m, v, p):
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        return g, m, v, p - 1e-3 * m / (jnp.sqrt(v) + 1e-8)
+
+    compiled = jax.jit(update, donate_argnums=(0, 1, 2, 3)).lower(*buffers).compile()
+    return compiled, jax.block_until_ready(buffers), _cost(compiled)["bytes_accessed"]
+
+
+def _repeat(step: Callable, buffers: Any, calls: int) -> Any:
+    for _ in range(calls):
+        buffers = step(*buffers)
+    return buffers
 
 
 def _measure_parallel(
@@ -778,6 +851,79 @@ def _measure_precision(
         for item in timed
     ]
     return {"batch_size": b, "steps_per_round": k, "rows": rows}
+
+
+TECHNIQUES = {
+    FAST: "jax.jit(train_step, donate_argnums=0): the fast path",
+    "no donation": "jax.jit(train_step): every step allocates a new state",
+    "optax.flatten": "the optimiser wrapped in optax.flatten: one vector for the parameters",
+    "optax's clipping": "optax.clip_by_global_norm (g / n * c under a select) before the shared "
+    "AdamW",
+    "optax's AdamW": "optax.adamw (bias corrections dividing every element) after the shared "
+    "clipping",
+}
+
+
+def _technique_states(state: Any) -> dict[str, tuple[Any, bool]]:
+    """``technique -> (state, donated)``: pure JAX's state with the optimiser each one uses (the
+    optimiser states of optax's own halves have the shared one's structure)."""
+    import optax
+
+    from cvae_rosetta.spec import optim
+
+    o = state.config.optim
+    ours = optim.adamw(optim.schedule(o), o.weight_decay)
+    theirs = optax.adamw(
+        o.learning_rate, optim.B1, optim.B2, optim.EPS, weight_decay=o.weight_decay
+    )
+    flat = optax.flatten(state.tx)
+    return {
+        FAST: (state, True),
+        "no donation": (state, False),
+        "optax.flatten": (state.replace(tx=flat, opt_state=flat.init(state.params)), True),
+        "optax's clipping": (
+            state.replace(tx=optax.chain(optax.clip_by_global_norm(o.clip_norm), ours)),
+            True,
+        ),
+        "optax's AdamW": (
+            state.replace(tx=optax.chain(optim.clip_by_global_norm(o.clip_norm), theirs)),
+            True,
+        ),
+    }
+
+
+def _measure_techniques(settings: Settings, impl, params, b: int, bar: _Progress) -> dict:
+    """Pure JAX's step written each way of :data:`TECHNIQUES` at batch ``b``, per call and as one
+    ``lax.scan``, all interleaved; with each compiled step's bytes, FLOPs and HLO counts."""
+    import jax
+
+    k = settings.steps_at(b)
+    xs, cs, keys, batches, key_list = _data(settings, b, k)
+    base = impl.from_canonical(params, _config(settings))
+    rows, timed = {}, []
+    copy = lambda state: jax.tree.map(lambda a: a.copy(), state)
+    for name, (state, donated) in _technique_states(base).items():
+        donate = (0,) if donated else ()
+        step = jax.jit(impl.train_step, donate_argnums=donate)
+        compiled = step.lower(copy(state), batches[0], key_list[0]).compile()
+        epoch = epoch_program(impl, 1, donated)
+        rows[name] = {
+            "technique": name,
+            "what": TECHNIQUES[name],
+            **_cost(compiled),
+            "hlo": hlo_stats(compiled.as_text()),
+        }
+        loop, scan = copy(state), copy(state)
+        jax.block_until_ready(compiled(copy(state), batches[0], key_list[0]))
+        jax.block_until_ready(epoch(copy(state), xs, cs, keys))
+        timed.append(_Timed((name, "step_us"), _loop(compiled, batches, key_list), loop))
+        call = _timer(lambda s, e=epoch: e(s, xs, cs, keys))
+        timed.append(_Timed((name, "scan_us"), call, scan))
+        bar.tick(f"compile {name}")
+    _interleave(timed, settings.rounds, bar.tick)
+    for item in timed:
+        rows[item.key[0]][item.key[1]] = _spread(item.seconds, k)
+    return {"batch_size": b, "steps_per_round": k, "rows": list(rows.values())}
 
 
 # --- writing --------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ questions and are reported apart. Plots are drawn with matplotlib's ``Figure`` a
 from __future__ import annotations
 
 import functools
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from cvae_rosetta.bench.results import (
     fast_row,
     load,
     loaded,
+    parameter_count,
     provenance,
     scan_row,
 )
@@ -175,13 +177,85 @@ def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | Non
         size = low if low == high else f"{low} to {high}"
         where = ", ".join(str(b) for b, _ in cells)
         where = "every batch size" if len(cells) == len(entries[label]) else f"batch {where}"
-        extra = [(note or {}).get(label, {}).get(b) for b, _ in cells]
-        extra = "; ".join(dict.fromkeys(e for e in extra if e))
+        said = {b: w for b, _ in cells if (w := (note or {}).get(label, {}).get(b))}
+        if len(set(said.values())) > 1:  # a different note at each batch size: say which is which
+            said = {b: f"at batch {b}, {w}" for b, w in said.items()}
+        extra = "; ".join(dict.fromkeys(said.values()))
         parts.append(f"{label} {size} at {where}" + (f" ({extra})" if extra else ""))
     text = ("Beyond noise: " + "; ".join(parts) + ".") if parts else "No difference beyond noise."
     if same:
         text += f" Within noise at every batch size: {', '.join(same)}."
     return text
+
+
+# --- causes: what the compiled programs say -------------------------------------------------------
+
+
+def _mb(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1e6:,.1f} MB"
+
+
+def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
+    """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
+    paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, copies,
+    transposes, bytes per step, the bytes also in passes over the float32 parameters)."""
+    mine, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
+    a, b = mine.get("hlo") or {}, ref.get("hlo") or {}
+    if a.get("fingerprint") and a.get("fingerprint") == b.get("fingerprint"):
+        return "the same compiled program as pure JAX's"
+    parts = [
+        f"{a[k]} {k} against {b[k]}"
+        for k in ("fusions", "copies", "transposes")
+        if k in a and k in b and a[k] != b[k]
+    ]
+    x, y = mine.get("bytes_accessed"), ref.get("bytes_accessed")
+    if x and y and abs(x - y) > 0.005 * y:
+        passes = (x - y) / (4 * parameter_count(model))
+        parts.append(
+            f"{_mb(x)} against {_mb(y)} per step ({passes:+.1f} passes over the parameters)"
+        )
+    if parts:
+        return "its compiled program: " + ", ".join(parts)
+    if not a.get("fingerprint"):  # a run of the harness before fingerprints
+        return "the same counts of fusions, copies and transposes as pure JAX's; no fingerprint"
+    return "its compiled program: the same counts as pure JAX's, other instructions"
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def programs(result: dict[str, Any]) -> str:
+    """Which fast paths compile to one program (equal fingerprints), batch size by batch size, in
+    a sentence; empty where no fingerprint was recorded."""
+    told: dict[str, list[int]] = {}
+    for b, batch in _batches(result):
+        groups: dict[str, list[str]] = {}
+        for r in batch["paths"]:
+            if r["path"] == FAST and (print_ := (r.get("hlo") or {}).get("fingerprint")):
+                groups.setdefault(print_, []).append(impl_label(r["impl"]))
+        shared = [f"{_and(g)} compile to one program" for g in groups.values() if len(g) > 1]
+        alone = [g[0] for g in groups.values() if len(g) == 1]
+        if alone:
+            shared.append(f"{_and(alone)} to {'one of its own' if len(alone) == 1 else 'one each'}")
+        if groups:
+            told.setdefault("; ".join(shared), []).append(b)
+    every = len(result["batches"])
+    parts = [
+        f"{'at every batch size' if len(at) == every else 'at batch ' + _and(list(map(str, at)))}"
+        f", {words}"
+        for words, at in told.items()
+    ]
+    text = _and(parts) if parts else ""
+    return f"{text[:1].upper()}{text[1:]}." if parts else ""
+
+
+def causes(result: dict[str, Any], labels: dict[str, str]) -> dict[str, dict[int, str]]:
+    """``label -> {batch: cause}`` for :func:`findings`' notes."""
+    model = result["settings"]["model"]
+    return {
+        shown: {b: cause(bt, i, model) for b, bt in _batches(result)} for i, shown in labels.items()
+    }
 
 
 # --- one result's section -------------------------------------------------------------------------
@@ -200,6 +274,7 @@ def section(
         *_overhead(result, h),
         *_compile(result, h),
         *_roof(result, h),
+        *_techniques(result, h),
         *_precision(result, h),
         *_parallel(result, h),
     ]
@@ -310,20 +385,22 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
     def call(batch, impl):
         return fast_row(batch, impl)["vs_pure_jax"]["step"]
 
+    why = causes(result, labels)
     same_device = {
-        labels[i]: {
+        shown: {
             b: "device time within noise: the difference is in calling the step, not in the step"
-            for b, bt in _batches(result)
             if device(bt, i) and not differs(device(bt, i))
+            else why[shown][b]
+            for b, bt in _batches(result)
         }
-        for i in labels
+        for i, shown in labels.items()
     }
     return _part(
         f"{h} Fast paths against pure JAX",
         "**Device time**: the implementation's step run K times inside one jitted `lax.scan`, "
         "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
         "does to the compiled step.",
-        *_compared(result, device, labels),
+        *_compared(result, device, labels, note=why),
         *_unrolls(result),
         "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
         "Python loop over K device-resident batches. This adds each call's dispatch, which "
@@ -386,47 +463,152 @@ def _overhead(result: dict[str, Any], h: str) -> list[str]:
 
 
 def _compile(result: dict[str, Any], h: str) -> list[str]:
-    b, batch = _batches(result)[-1]
+    batches = _batches(result)
     times = ("trace_s", "lower_s", "compile_s", "first_call_s")
-    paths = [r for r in batch["paths"] if not r.get("same_as_fast")]
-    rows = [[path_label(r), *(_num(r.get(t), 2) for t in times)] for r in paths]
+    rows = []
+    for r in batches[-1][1]["paths"]:
+        if r.get("same_as_fast"):
+            continue
+        seen = [(_row(bt, r["label"]) or {}) for _, bt in batches]
+        cells = [sorted(x[t] for x in seen if x.get(t) is not None) for t in times]
+        rows.append([path_label(r), *(_spread_cell(c) for c in cells)])
+    b, first = batches[0]
+    fast = [r for r in first["paths"] if r["path"] == FAST and r.get("hlo")]
+    ref = (fast_row(first, REFERENCE).get("hlo") or {}).get("fingerprint")
     hlo = [
-        [impl_label(r["impl"]), _num((r.get("flops") or 0) / 1e6, 1)]
+        [impl_label(r["impl"]), _num((r.get("flops") or 0) / 1e6, 1), _mb(r.get("bytes_accessed"))]
         + [str(r["hlo"].get(count, "-")) for count in ("fusions", "copies", "transposes")]
-        for r in _batches(result)[0][1]["paths"]
-        if r["path"] == FAST and r.get("hlo")
+        + [
+            "= pure JAX"
+            if ref and r["hlo"].get("fingerprint") == ref
+            else r["hlo"].get("fingerprint", "-")
+        ]
+        for r in fast
     ]
     return _part(
         f"{h} Compile time and what XLA compiled",
-        f"Seconds at batch {b}, one measurement each (no interval): a fast path's "
-        "`trace`, `lower` and `compile` after `jax.clear_caches()`; a wrapper's first call, "
-        "split by JAX's own compile events.",
+        f"Seconds, median over the {len(batches)} batch sizes (fastest–slowest): a fast path's "
+        "`trace`, `lower` and `compile` after `jax.clear_caches()`, "
+        + (
+            "the order of the paths rotating from batch size to batch size so that none always "
+            "compiles first"
+            if "technique_batches" in result["settings"]
+            else "pure JAX first at every batch size (this run's harness did not rotate the order: "
+            "pure JAX's slowest compile may hold the process's first-compile costs)"
+        )
+        + "; a wrapper's first call, split by JAX's own compile events.",
         markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
-        f"The fast paths' optimized HLO at batch {_batches(result)[0][0]}: MFLOP per step "
-        "(`cost_analysis`), fusions, copies and transposes.",
+        f"The fast paths' optimized HLO at batch {b}: MFLOP and bytes per step (`cost_analysis`), "
+        "fusions, copies, transposes, and the program's fingerprint (a hash of the HLO without "
+        "its names and source locations: equal fingerprints are one program, run as the same "
+        "kernels on the same buffers).",
         "",
-        markdown_table(["fast path", "MFLOP", "fusions", "copies", "transposes"], hlo, "lrrrr"),
+        markdown_table(
+            ["fast path", "MFLOP", "bytes", "fusions", "copies", "transposes", "program"],
+            hlo,
+            "lrrrrrl",
+        ),
+        *([programs(result), ""] if programs(result) else []),
     )
 
 
+def _spread_cell(values: list[float]) -> str:
+    """``median (fastest–slowest)`` of sorted ``values``."""
+    if len(values) < 2:
+        return _num(values[0], 2) if values else "-"
+    return f"{_num(statistics.median(values), 2)} ({_num(values[0], 2)}–{_num(values[-1], 2)})"
+
+
+def _moved(row: dict[str, Any]) -> str:
+    """Bytes per step, and their share of the spec's minimum (exact: no interval)."""
+    share = row.get("traffic")
+    return _mb(row.get("bytes_accessed")) + (f" ({100 * share:.0f}%)" if share else "")
+
+
+def _percent(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "-"
+    span = f" ({_pct(entry['low'])}–{_pct(entry['high'])})" if entry.get("low") else ""
+    return f"{_pct(entry['ratio'])}{span}"
+
+
 def _roof(result: dict[str, Any], h: str) -> list[str]:
-    rows = []
-    for b, batch in _batches(result):
-        fast = [r for r in batch["paths"] if r["path"] == FAST and r.get("roof_interval")]
-        best = max(fast, key=lambda r: r["roof_interval"]["ratio"], default=None)
-        scan = max(batch["epoch"], key=lambda s: s.get("roof_fraction") or 0, default=None)
-        e = (best or {}).get("roof_interval") or {}
-        span = f" ({_pct(e['low'])}–{_pct(e['high'])})" if e.get("low") else ""
-        per_call = f"{path_label(best)}: {_pct(e['ratio'])}{span}" if best else "-"
-        device = f"{impl_label(scan['impl'])}: {_pct(scan.get('roof_fraction'))}" if scan else "-"
-        rows.append([str(b), _num(batch["roof"]["gflops_per_s"]), per_call, device])
-    n = result["settings"]["roof_size"]
-    header = ["batch", "roof GFLOP/s", "best fast path, per call", "best device time"]
+    batches, n = _batches(result), result["settings"]["roof_size"]
+    params = parameter_count(result["settings"]["model"])
+    if not all(bt.get("bandwidth") for _, bt in batches):  # measured before the roofline
+        rows = [[str(b), _num(bt["roof"]["gflops_per_s"])] for b, bt in batches]
+        return _part(
+            f"{h} Against the matmul roof",
+            f"This run timed a float32 {n}x{n} matmul only, no bandwidth: no roofline.",
+            markdown_table(["batch", "roof GFLOP/s"], rows, "rr"),
+        )
+    impls = {i: impl_label(i) for i in _impls(result)}
+
+    def moved(batch, impl):
+        row = fast_row(batch, impl)
+        return _moved(row)
+
+    def fraction(batch, impl):
+        return _percent((scan_row(batch, impl) or {}).get("bound_fraction"))
+
+    rates = {
+        "matmul GFLOP/s": lambda bt: _num(bt["roof"]["peak_gflops_per_s"]),
+        "bandwidth GB/s": lambda bt: _num(bt["bandwidth"]["gb_per_s"]),
+        "the spec's minimum": lambda bt: _mb(bt["minimum_bytes"]),
+    }
     return _part(
-        f"{h} Against the matmul roof",
-        f"The roof is a jitted float32 {n}x{n} matmul timed in the same rounds; a path's GFLOP/s "
-        "count the FLOPs of its fast path's `cost_analysis`.",
-        markdown_table(header, rows, "rrll"),
+        f"{h} Against the roofline",
+        "A step takes at least the larger of its FLOPs at the matmul rate and its bytes at the "
+        "memory bandwidth (the roofline of Williams, Waterman and Patterson, 2009), FLOPs and "
+        "bytes from the `cost_analysis` of its compiled fast path. Both rates are timed in the "
+        f"same rounds as the steps: a jitted float32 {n}x{n} matmul, and a streaming Adam-like "
+        f"update (4 reads, 3 writes) over float32 buffers of the {params:,} parameters' size, "
+        "called from Python (its dispatch counts against it); each rate is its fastest round's, "
+        "what the machine showed it can do. The spec's minimum is what any "
+        f"step must move: {PASSES_WORDS} and the batch read once; activations are left out, so "
+        "it bounds the small batches closely and the large ones loosely.",
+        _grid(result, lambda bt, key: rates[key](bt), {k: k for k in rates}),
+        "Bytes each fast path moves per step, and their share of the spec's minimum (100 % "
+        "is the minimum):",
+        "",
+        _grid(result, moved, impls),
+        "Device time's share of the roofline's bound: the bound over the step's device time "
+        "(100 % is the bound; interval over the rounds):",
+        "",
+        _grid(result, fraction, impls),
+    )
+
+
+PASSES_WORDS = (
+    "11 passes over the float32 parameters (read forward and backward, the gradient written and "
+    "read once for the clipping norm, Adam's four reads and three writes)"
+)
+
+
+def _techniques(result: dict[str, Any], h: str) -> list[str]:
+    parts = result.get("techniques") or []
+    if not parts:
+        return []
+    rows = []
+    for part in parts:
+        for r in sorted(part["rows"], key=lambda r: r["technique"] == FAST):  # the fast path last
+            fast = r["technique"] == FAST
+            times = [
+                f"{_num(r[t]['median'])} µs" if fast else ratio(r["vs_fast"][t])
+                for t in ("step_us", "scan_us")
+            ]
+            name = "fast path" if fast else f"`{r['technique']}`"
+            rows.append(
+                [name, str(part["batch_size"]), *times, _moved(r), str(r["hlo"]["fusions"])]
+            )
+    return _part(
+        f"{h} Pure JAX's step, written other ways",
+        "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
+        "its bytes per step (and their share of the spec's minimum) and fusions; the fast path's "
+        "own times in its row. The docs' page *Making the step fast* reads them style by style.",
+        markdown_table(
+            ["written", "batch", "per call", "device time", "bytes", "fusions"], rows, "lrrrrr"
+        ),
     )
 
 
@@ -501,7 +683,10 @@ def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]
         "Generated by `python benchmarks/render.py` from the result files in "
         "`benchmarks/results/`; each section below is one file, measured on one machine on one "
         "day, and says which. Figures of different machines are never put in one column. "
-        "Measure your own machine with `cvae bench --out DIR` (`--quick`: about a minute).",
+        "Measure your own machine with `cvae bench --out DIR` (`--quick`: about a minute). "
+        "Why the styles differ is read from their compiled programs (the causes after each "
+        "difference, the fingerprints, the roofline); [making the step fast](fast_step.md) "
+        "takes each way to a faster step in turn.",
         "",
         HOW_TO_READ,
         "",
@@ -521,6 +706,9 @@ def decision(results: Sequence[dict[str, Any]]) -> str:
     header = ["if you need", "use", "measured (per step, against pure JAX)", "mind"]
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
     note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    why = [f"{backend_name(r)}: {programs(r)}" for r in results if programs(r)]
+    if why:
+        note += f"\nWhy the styles differ, from their compiled programs. {' '.join(why)}\n"
     return markdown_table(header, rows) + note
 
 
@@ -543,8 +731,10 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
     if all(e is None for _, e in device):
         return f"**{name}**: not measured in this run"
     apart = [(b, e) for b, e in device if differs(e)]
+    model, at = result["settings"]["model"], dict(batches)
     text = f"**{name}**, device time: " + (
-        "; ".join(f"{ratio(e)} at batch {b}" for b, e in apart) + "; within noise at the others"
+        "; ".join(f"{ratio(e)} at batch {b} ({cause(at[b], impl, model)})" for b, e in apart)
+        + "; within noise at the others"
         if apart
         else f"within noise of pure JAX at every batch size ({sizes})"
     )
@@ -558,6 +748,54 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
             f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
         )
     return text
+
+
+# --- making the step fast -------------------------------------------------------------------------
+
+FAST_STEP_FILE = "fast_step.md"  # words written by hand, its tables between fast-step markers
+
+
+def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
+    """The tables of ``docs/fast_step.md`` from one result: ``block -> lines`` (empty where the
+    result did not measure it)."""
+    impls = {i: impl_label(i) for i in _impls(result)}
+
+    def in_scan(batch, impl):
+        return (scan_row(batch, impl) or {}).get("vs_loop")
+
+    blocks = {
+        "programs": [programs(result)] if programs(result) else [],
+        "scan": [*_compared(result, in_scan, impls), *_unrolls(result)],
+        "techniques": _techniques(result, "#")[4:],
+        "precision": _precision(result, "#")[4:],
+    }
+    for impl in ("flax_nnx", "equinox", "keras"):
+        labels = {
+            r["label"]: path_label(r)
+            for r in _batches(result)[0][1]["paths"]
+            if r["impl"] == impl and r["path"] not in (FAST, SAME_AS_FAST)
+        }
+
+        def get(batch, label):
+            return (_row(batch, label) or {}).get("vs_fast", {}).get("step")
+
+        blocks[impl] = _compared(result, get, labels) if labels else []
+    return blocks
+
+
+def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
+    """Each block of ``doc`` (``<!-- fast-step:NAME:begin -->`` ... ``end``) filled with its
+    table from every result that measured it, each under the line that names its machine."""
+    blocks = [fast_step_blocks(result) for result in results]
+    for name in blocks[0] if blocks else ():
+        parts = [
+            f"On the {backend_name(result)} ({provenance(result)}):\n\n" + "\n".join(b[name])
+            for result, b in zip(results, blocks, strict=True)
+            if b[name]
+        ]
+        text = "\n".join(parts).rstrip() or "Not measured in the committed results."
+        begin, end = f"<!-- fast-step:{name}:begin -->", f"<!-- fast-step:{name}:end -->"
+        write_between_markers(doc, begin, end, text)
 
 
 # --- the terminal ---------------------------------------------------------------------------------
@@ -665,4 +903,5 @@ def render_docs(sources: Sequence[tuple[Path, str]], docs: Path) -> list[Path]:
     write_text(docs / "performance.md", performance_page(parts))
     table = decision([result for _, result, _ in parts]).rstrip()
     write_between_markers(docs / "choosing.md", DECISION_BEGIN, DECISION_END, table)
-    return [docs / "performance.md", docs / "choosing.md"]
+    write_fast_step([result for _, result, _ in parts], docs / FAST_STEP_FILE)
+    return [docs / "performance.md", docs / FAST_STEP_FILE, docs / "choosing.md"]

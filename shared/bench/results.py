@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import itertools
 import math
 import os
 import platform
@@ -105,6 +106,33 @@ def differs(entry: dict[str, Any] | None) -> bool:
 
 # --- derived figures ------------------------------------------------------------------------------
 
+PARAMETER_PASSES = 11  # forward and backward reads, the gradient's write and norm, Adam's 4 + 3
+
+
+def parameter_count(model: dict[str, Any]) -> int:
+    """The canonical parameters' count of a model config (``ModelConfig.to_dict()``)."""
+    d, k, z = model["input_dim"], model["num_classes"], model["latent_dim"]
+    widths = [d + k, *model["encoder_dims"], 2 * z], [z + k, *model["decoder_dims"], d]
+    return sum((a + 1) * b for dims in widths for a, b in itertools.pairwise(dims))
+
+
+def minimum_bytes(model: dict[str, Any], batch_size: int) -> int:
+    """The least any step of the spec moves: :data:`PARAMETER_PASSES` passes over the float32
+    parameters and the batch (float32 pixels, int32 labels) read once. Activations are left out
+    (a program may keep them on chip), so this bounds the small batches closely, the large ones
+    loosely."""
+    return 4 * (PARAMETER_PASSES * parameter_count(model) + batch_size * (model["input_dim"] + 1))
+
+
+def _bound(row: dict[str, Any], roof: dict[str, Any], stream: dict[str, Any] | None) -> float:
+    """The roofline's least time of a step with ``row``'s FLOPs and bytes (µs): the larger of its
+    FLOPs at the matmul's rate and its bytes at the streaming update's, each rate its fastest
+    round's (what the machine showed it can do, in the same rounds as the steps)."""
+    compute = row["flops"] * min(roof["call_us"]["rounds"]) / roof["flops"]
+    if not (stream and row.get("bytes_accessed")):
+        return compute
+    return max(compute, row["bytes_accessed"] * min(stream["call_us"]["rounds"]) / stream["bytes"])
+
 
 def ratio(value: Any, base: Any) -> float | None:
     """``value / base`` where both are numbers and ``base > 0``; ``None`` otherwise."""
@@ -123,8 +151,13 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """Add every derived figure (GFLOP/s, fraction of the roof, throughput, ratios to pure JAX, to
     the fast path, to the serial step and to float32 with their intervals over paired rounds) from
     the measured ones, in place. Idempotent: it reads measured figures only."""
+    model = result["settings"]["model"]
     for batch in result["batches"].values():
         b, k, roof = batch["batch_size"], batch["steps_per_round"], batch["roof"]
+        batch["minimum_bytes"] = minimum_bytes(model, b)
+        roof["peak_gflops_per_s"] = roof["flops"] / min(roof["call_us"]["rounds"]) / 1e3
+        if stream := batch.get("bandwidth"):
+            stream["gb_per_s"] = stream["bytes"] / min(stream["call_us"]["rounds"]) / 1e3
         for scan in batch["epoch"]:
             fast = fast_row(batch, scan["impl"])
             scan["step_us"] = scan["call_us"]["median"] / k
@@ -137,6 +170,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             scan["vs_pure_jax"] = {"step": _paired(scan["call_us"], ref["call_us"])}
             plain = scan_row(batch, scan["impl"])
             scan["vs_unroll_1"] = _paired(scan["call_us"], plain["call_us"])
+            if flops and len(roof["call_us"]["rounds"]) == len(scan["call_us"]["rounds"]):
+                steps = [r / k for r in scan["call_us"]["rounds"]]
+                scan["bound_fraction"] = interval([_bound(fast, roof, stream)] * len(steps), steps)
         base = fast_row(batch, REFERENCE)
         for row in batch["paths"]:
             fast, scan = fast_row(batch, row["impl"]), scan_row(batch, row["impl"])
@@ -153,6 +189,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                     for key, v in share.items()
                 }
             row["loop_examples_per_s"] = b / step * 1e6
+            row["traffic"] = ratio(fast.get("bytes_accessed"), batch["minimum_bytes"])
             row["vs_fast"] = {
                 "extra_us": step - fast["step_us"]["median"],
                 "step": _paired(row["step_us"], fast["step_us"]),
@@ -164,6 +201,13 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         row["vs_serial"] = _paired(row["step_us"], cell.get((row["impl"], "none", 1)))
         ref = cell.get((REFERENCE, row["mechanism"], row["devices"]))
         row["vs_pure_jax"] = {"step": _paired(row["step_us"], ref)}
+    for part in result.get("techniques") or ():
+        base = next(r for r in part["rows"] if r["technique"] == FAST)
+        for row in part["rows"]:
+            row["traffic"] = ratio(
+                row.get("bytes_accessed"), minimum_bytes(model, part["batch_size"])
+            )
+            row["vs_fast"] = {t: _paired(row[t], base[t]) for t in ("step_us", "scan_us")}
     for part in result.get("precision") or ():
         cell = {(r["impl"], r["dtype"]): r["step_us"] for r in part["rows"]}
         for row in part["rows"]:
