@@ -659,8 +659,14 @@ def _measure_batch(
         for unroll in unrolls[name]:
             state = scan_states[(name, unroll)]
             compiled, times = aot(epoch_program(impl, unroll), state, xs, cs, keys)
-            memory = _memory(compiled)
+            memory, text = _memory(compiled), compiled.as_text()
             scans[(name, unroll)] = dict(impl=name, unroll=unroll, steps=k, **times, memory=memory)
+            # the whole module's counts: the loop's body and every fusion's included
+            scans[(name, unroll)]["hlo"] = {
+                "fingerprint": hlo_stats(text)["fingerprint"],
+                "instructions": sum(" = " in line for line in text.splitlines()),
+                "fusions": text.count(" fusion("),
+            }
             call = _timer(lambda state, c=compiled: c(state, xs, cs, keys))
             timed.append(_Timed(("scan", name, unroll), call, state))
             bar.tick(f"compile scan {name} unroll {unroll}")

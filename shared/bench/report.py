@@ -420,10 +420,20 @@ def _unrolls(result: dict[str, Any]) -> list[str]:
         return (scan_row(batch, REFERENCE, unroll) or {}).get("vs_unroll_1")
 
     labels = {u: f"unroll {u}" for u in sorted(unrolls)}
+
+    def size(batch, unroll):  # the compiled loop's size, where the run recorded it
+        a, b = ((scan_row(batch, REFERENCE, u) or {}).get("hlo") for u in (unroll, 1))
+        if not (a and b):
+            return None
+        return (
+            f"its compiled loop: {a['instructions']:,} instructions against {b['instructions']:,}"
+        )
+
+    why = {labels[u]: {b: size(bt, u) for b, bt in _batches(result)} for u in labels}
     return [
         "Pure JAX's scan with `lax.scan(..., unroll=u)`, per step, against `unroll=1`:",
         "",
-        *_compared(result, get, labels),
+        *_compared(result, get, labels, note=why),
     ]
 
 
@@ -440,11 +450,21 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     def extra(batch, label):
         return f", {_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
 
+    def work(label):  # one note for every batch size: the wrapper's extra µs, smallest to largest
+        extra = sorted(
+            r["vs_fast"]["extra_us"] for _, bt in _batches(result) if (r := _row(bt, label))
+        )
+        span = f"{extra[0]:+,.0f} to {extra[-1]:+,.0f} µs a call"
+        return f"the wrapper's own work around the step, {span}"
+
+    why = {
+        shown: dict.fromkeys(dict(_batches(result)), work(label)) for label, shown in labels.items()
+    }
     return _part(
         f"{h} The frameworks' own jit wrappers",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
         "same implementation's fast path, with the extra time per call (median against median).",
-        *_compared(result, get, labels, extra=extra),
+        *_compared(result, get, labels, note=why, extra=extra),
     )
 
 
@@ -763,9 +783,12 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
     def in_scan(batch, impl):
         return (scan_row(batch, impl) or {}).get("vs_loop")
 
+    one = "one dispatch for the K steps instead of one a step"
+    dispatch = {shown: {b: one for b, _ in _batches(result)} for shown in impls.values()}
+
     blocks = {
         "programs": [programs(result)] if programs(result) else [],
-        "scan": [*_compared(result, in_scan, impls), *_unrolls(result)],
+        "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
         "techniques": _techniques(result, "#")[4:],
         "precision": _precision(result, "#")[4:],
     }

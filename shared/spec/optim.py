@@ -113,7 +113,9 @@ def scale_by_adam() -> optax.GradientTransformation:
         count = optax.safe_increment(state.count)
         t = count.astype(jnp.float32)
         c1, c2 = 1 / (1 - B1**t), 1 / (1 - B2**t)
-        updates = jax.tree.map(lambda m, v: m * c1 / (jnp.sqrt(v * c2) + EPS), mu, nu)
+        updates = jax.tree.map(  # in the moments' dtype, as optax's
+            lambda m, v: m * c1.astype(m.dtype) / (jnp.sqrt(v * c2.astype(v.dtype)) + EPS), mu, nu
+        )
         return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
     return optax.GradientTransformation(adam.init, update)
