@@ -462,7 +462,8 @@ def test_every_ratio_on_the_pages_carries_an_interval(tmp_path):
             before = text[max(0, match.start() - 80) : match.start()]
             ranged = re.match(r" \(\d+\.\d+–\d+\.\d+\)", after) or "no interval" in after
             # the findings' sentences name ranges of ratios given with intervals in the table
-            told = "Beyond noise" in text[max(0, match.start() - 600) : match.start()]
+            paragraph = text[text.rfind("\n\n", 0, match.start()) + 1 : match.start()]
+            told = "Beyond noise" in paragraph
             assert ranged or (told and " at " in after[:20] + before[-20:]), text[
                 match.start() - 60 : match.end() + 40
             ]
