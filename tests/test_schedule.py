@@ -157,6 +157,13 @@ def test_the_shared_clipping_and_adam_are_optaxs_to_a_rounding():
         assert jax.tree.structure(sa) == jax.tree.structure(sb)
         for key in params:
             np.testing.assert_allclose(ua[key], ub[key], rtol=1e-6, err_msg=f"step {t + 1}")
+    # a bfloat16 tree keeps its dtype through both, as optax's does
+    half = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    ua, _ = a.update(half, a.init(half))
+    ub, _ = b.update(half, b.init(half))
+    assert jax.tree.map(lambda x: x.dtype, ua) == jax.tree.map(lambda x: x.dtype, ub)
+    clipped, _ = clip_by_global_norm(1.0).update(half, optax.EmptyState())
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(clipped))
 
 
 def test_learning_rates_are_the_schedule_at_the_steps_before():

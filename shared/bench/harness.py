@@ -744,8 +744,7 @@ def _measure_batch(
         "bandwidth": {
             "what": "m, v, p = Adam-like update of float32 buffers the size of the parameters",
             "bytes": stream_bytes,
-            "call_us": stream_us,
-            "gb_per_s": stream_bytes / stream_us["median"] / 1e3,
+            "call_us": stream_us,  # its GB/s, the fastest round's: results.summarize
         },
         "paths": out_rows,
         "epoch": list(scans.values()),

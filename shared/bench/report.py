@@ -437,15 +437,17 @@ def _unrolls(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _vs_fast(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """The path ``label``'s time per call against its fast path's, with its interval."""
+    return (_row(batch, label) or {}).get("vs_fast", {}).get("step")
+
+
 def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     rows = {r["label"]: r for _, batch in _batches(result) for r in batch["paths"]}
     # every idiomatic path that is not its implementation's fast path
     labels = {w: path_label(r) for w, r in rows.items() if r["path"] not in (FAST, SAME_AS_FAST)}
     if not labels:
         return []
-
-    def get(batch, label):
-        return (_row(batch, label) or {}).get("vs_fast", {}).get("step")
 
     def extra(batch, label):
         return f", {_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
@@ -464,7 +466,7 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
         f"{h} The frameworks' own jit wrappers",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
         "same implementation's fast path, with the extra time per call (median against median).",
-        *_compared(result, get, labels, note=why, extra=extra),
+        *_compared(result, _vs_fast, labels, note=why, extra=extra),
     )
 
 
@@ -493,6 +495,7 @@ def _compile(result: dict[str, Any], h: str) -> list[str]:
         cells = [sorted(x[t] for x in seen if x.get(t) is not None) for t in times]
         rows.append([path_label(r), *(_spread_cell(c) for c in cells)])
     b, first = batches[0]
+    groups = programs(result)
     fast = [r for r in first["paths"] if r["path"] == FAST and r.get("hlo")]
     ref = (fast_row(first, REFERENCE).get("hlo") or {}).get("fingerprint")
     hlo = [
@@ -528,7 +531,7 @@ def _compile(result: dict[str, Any], h: str) -> list[str]:
             hlo,
             "lrrrrrl",
         ),
-        *([programs(result), ""] if programs(result) else []),
+        *([groups, ""] if groups else []),
     )
 
 
@@ -564,10 +567,6 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         )
     impls = {i: impl_label(i) for i in _impls(result)}
 
-    def moved(batch, impl):
-        row = fast_row(batch, impl)
-        return _moved(row)
-
     def fraction(batch, impl):
         return _percent((scan_row(batch, impl) or {}).get("bound_fraction"))
 
@@ -591,7 +590,7 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         "Bytes each fast path moves per step, and their share of the spec's minimum (100 % "
         "is the minimum):",
         "",
-        _grid(result, moved, impls),
+        _grid(result, lambda bt, impl: _moved(fast_row(bt, impl)), impls),
         "Device time's share of the roofline's bound: the bound over the step's device time "
         "(100 % is the bound; interval over the rounds):",
         "",
@@ -726,7 +725,7 @@ def decision(results: Sequence[dict[str, Any]]) -> str:
     header = ["if you need", "use", "measured (per step, against pure JAX)", "mind"]
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
     note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
-    why = [f"{backend_name(r)}: {programs(r)}" for r in results if programs(r)]
+    why = [f"{backend_name(r)}: {groups}" for r in results if (groups := programs(r))]
     if why:
         note += f"\nWhy the styles differ, from their compiled programs. {' '.join(why)}\n"
     return markdown_table(header, rows) + note
@@ -786,8 +785,9 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
     one = "one dispatch for the K steps instead of one a step"
     dispatch = {shown: {b: one for b, _ in _batches(result)} for shown in impls.values()}
 
+    groups = programs(result)
     blocks = {
-        "programs": [programs(result)] if programs(result) else [],
+        "programs": [groups] if groups else [],
         "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
         "techniques": _techniques(result, "#")[4:],
         "precision": _precision(result, "#")[4:],
@@ -798,11 +798,7 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
             for r in _batches(result)[0][1]["paths"]
             if r["impl"] == impl and r["path"] not in (FAST, SAME_AS_FAST)
         }
-
-        def get(batch, label):
-            return (_row(batch, label) or {}).get("vs_fast", {}).get("step")
-
-        blocks[impl] = _compared(result, get, labels) if labels else []
+        blocks[impl] = _compared(result, _vs_fast, labels) if labels else []
     return blocks
 
 
