@@ -3,7 +3,8 @@
     python benchmarks/render.py [--results benchmarks/results] [--docs docs]
 
 ``docs/performance.md`` (one section per machine: ``bench_cpu.json``, and ``bench_gpu.json`` where a
-GPU run is committed) with its plots, and the decision table of ``docs/choosing.md``, by
+GPU run is committed) with its plots, and the decision table of ``docs/choosing.md`` (with the
+frameworks' release history of ``maintenance.json``), by
 :func:`cvae_rosetta.bench.report.render_docs`; then the studies' tables (the suite's cost, the
 fault report, the latent-size trade-off), each by its own script's ``--render``. Every page is
 generated from the files, never edited by hand; ``tests/test_bench.py`` checks that rendering the
@@ -24,6 +25,7 @@ from cvae_rosetta.bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = (("bench_cpu.json", "bench_"), ("bench_gpu.json", "bench_gpu_"))
+MAINTENANCE = "maintenance.json"  # benchmarks/maintenance.py: the decision table's release history
 STUDIES = (
     ("suite_cost_cpu.json", suite_cost),
     ("faults_cpu.json", fault_report),
@@ -37,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = parser.parse_args(argv)
     sources = [(args.results / name, prefix) for name, prefix in BENCH]
-    written = report.render_docs([s for s in sources if s[0].is_file()], args.docs)
+    written = report.render_docs(
+        [s for s in sources if s[0].is_file()], args.docs, args.results / MAINTENANCE
+    )
     for name, study in STUDIES:
         if (args.results / name).is_file():
             study.main(["--render", "--out", str(args.results / name)])

@@ -36,6 +36,7 @@ parametrisations (loss kinds, partners, mechanisms, ...), each run and reported 
 from __future__ import annotations
 
 import ast
+import html as html_module
 import io
 import json
 import logging
@@ -43,6 +44,7 @@ import os
 import posixpath
 import re
 import tokenize
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -189,9 +191,15 @@ TABLE_CODE = re.compile(r"<code>([^<]*)</code>")
 BREAK_AT = re.compile(r"(?<=\w)(?=\.\w)|(?<=[(,=/])(?=\S)")
 
 
+BREAK_LONGER_THAN = 20  # characters: a shorter name (`nnx.jit`, `eqx.filter_jit`) stays whole
+
+
 def _breakable(m: re.Match) -> str:
-    """Inline code in a table's cell may break before a dot and after ``(``, ``,``, ``=`` or
-    ``/``, never inside a name (the stylesheet stops the browser breaking it anywhere else)."""
+    """Inline code in a table's cell longer than :data:`BREAK_LONGER_THAN` characters may break
+    before a dot and after ``(``, ``,``, ``=`` or ``/``, never inside a name (the stylesheet stops
+    the browser breaking it anywhere else); a shorter one never breaks."""
+    if len(html_module.unescape(m[1])) <= BREAK_LONGER_THAN:
+        return m[0]
     return "<code>" + BREAK_AT.sub("<wbr>", m[1]) + "</code>"
 
 
@@ -390,6 +398,17 @@ def compare_files() -> str:
         title = f"{_shown(source)} · lines 1-{first - 1}"
         openings[key] = [(title, literal("\n".join(lines).rstrip()))]
     out = ['<div class="rosetta-compare" markdown>', "", "## Docstring and imports", ""]
+    out += [
+        '<div class="rosetta-section-about" markdown>',
+        "",
+        "Holds what the file says of itself and what it imports: the framework's modules, and "
+        "from the project's `spec` the config, the loss, the protocol's `Adapter` and the "
+        "helpers every style shares. [The layout](layout.md) says what each part is for.",
+        "",
+        "</div>",
+        "",
+        *contrast_lines(contrasts()[OPENING], set(openings)),
+    ]
     out.append(tab_set(openings))
     differs, holds = section_differences(), section_holds()
     for section in SECTIONS:
@@ -656,6 +675,53 @@ def page_title(path: Path) -> str:
     return heading[1].strip() if heading else path.stem
 
 
+CONTRASTS = DOCS / "data" / "contrasts.toml"  # each style's phrase per section: the pair lines
+OPENING = "opening"  # the contrasts' name for the files' docstring and imports
+
+
+def contrasts() -> dict[str, dict[str, str]]:
+    """``{section: {"axis": ..., implementation: phrase}}`` from :data:`CONTRASTS`; every
+    built-in implementation has a phrase in the opening and every section."""
+    data = tomllib.loads(CONTRASTS.read_text(encoding="utf-8"))
+    for section in (OPENING, *SECTIONS):
+        table = data.get(section) or {}
+        missing = [k for k in ("axis", *sorted(BUILTIN)) if not table.get(k)]
+        if missing:
+            raise DocsError(
+                f"docs/data/contrasts.toml [{section}]: expected a phrase for "
+                f"{', '.join(missing)}, got none"
+            )
+    return data
+
+
+def contrast(table: dict[str, str], a: str, b: str) -> str:
+    """What ``a`` does in one section against what ``b`` does: one or two sentences."""
+    label = {key: _cap(label) for key, (label, _) in IMPLEMENTATIONS.items()}
+    first = table["axis"]
+    if table[a] == table[b]:
+        return f"**{first}.** {label[a]} and {label[b]} alike: {table[b]}."
+    return f"**{first}.** {label[a]}: {table[a]}. {label[b]}: {table[b]}."
+
+
+def contrast_lines(table: dict[str, str], keys: set[str]) -> list[str]:
+    """One paragraph per ordered pair of the implementations ``table`` has a phrase for
+    (``data-pair="LEFT RIGHT"``); rosetta.js shows the chosen pair's."""
+    known = [k for k in IMPLEMENTATIONS if k in keys and k in table]
+    out = ['<div class="rosetta-contrasts" markdown>', ""]
+    for a in known:
+        for b in known:
+            if a != b:
+                out += [
+                    f'<div class="rosetta-contrast" data-pair="{a} {b}" markdown>',
+                    "",
+                    contrast(table, a, b),
+                    "",
+                    "</div>",
+                    "",
+                ]
+    return [*out, "</div>", ""]
+
+
 def compare_section_intro(section: str, keys: set[str], differs: dict, holds: dict) -> str:
     """Under a section's heading on the compare page: one line on what the section holds, a link
     to its topic page, and what differs, one bullet per implementation (rosetta.js shows the two
@@ -669,6 +735,7 @@ def compare_section_intro(section: str, keys: set[str], differs: dict, holds: di
         "",
         "</div>",
         "",
+        *contrast_lines(contrasts()[section], keys),
         '<div class="rosetta-differs" markdown>',
         "",
     ]
@@ -820,15 +887,78 @@ def section_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+SHARED_STATE = ROOT / "shared" / "spec" / "state.py"  # the TrainState pure JAX and Haiku use
+# What each style's file is counted as, like with like: the model and its training (what a project
+# of its own writes in that style), its state (the `init` section, without the converters to and
+# from the spec's canonical tree; with the shared TrainState where the file uses it), and what
+# this project's protocol adds (the converters, the fast path, the other paths, the adapter).
+ROLES = (
+    ("the model: `module`, `forward`", ("module", "forward")),
+    ("its loss and step: `loss`, `train_step`", ("loss", "train_step")),
+    ("its parameters and state: `init` without the converters", ("init",)),
+    ("for the protocol: the converters, `fast_path`, `paths`, `adapter`", ("fast_path", "paths",
+                                                                          "adapter")),
+)  # fmt: skip
+
+
+def converter_lines(path: Path) -> set[int]:
+    """The code lines of the file's top-level functions whose name says they convert to or from
+    the canonical tree (``to_canonical``, ``from_canonical_params``, ...)."""
+    source = path.read_text(encoding="utf-8")
+    code = code_lines(source)
+    spans = [
+        range(min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno + 1)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and "canonical" in node.name
+    ]
+    return {n for span in spans for n in span if n in code}
+
+
+def shared_state_lines(path: Path) -> int:
+    """The shared ``TrainState``'s code lines where the file imports it, else 0."""
+    uses = re.search(r"^from cvae_rosetta\.spec\.state import .*\bTrainState\b",
+                     path.read_text(encoding="utf-8"), re.MULTILINE)  # fmt: skip
+    if not uses:
+        return 0
+    source = SHARED_STATE.read_text(encoding="utf-8")
+    code = code_lines(source)
+    cls = next(n for n in ast.parse(source).body if getattr(n, "name", None) == "TrainState")
+    return len({n for n in code if cls.lineno <= n <= cls.end_lineno})
+
+
+def role_counts(path: Path) -> list[tuple[int, int]]:
+    """Per role of :data:`ROLES`: ``(own lines, shared lines)``."""
+    counts, sections = section_counts(path), sections_of(path)
+    converters = converter_lines(path)
+    start, end = sections.get("init", (0, 0))
+    in_init = len({n for n in converters if start < n < end})
+    out = []
+    for _, names in ROLES:
+        own = sum(counts.get(name, 0) for name in names)
+        if "init" in names:
+            out.append((own - in_init, shared_state_lines(path)))
+        elif "adapter" in names:
+            out.append((own + len(converters), 0))
+        else:
+            out.append((own, 0))
+    return out
+
+
 def loc_table() -> str:
-    counts = {key: section_counts(ROOT / source) for key, (_, source) in IMPLEMENTATIONS.items()}
-    rows = [_row(["section", *(label for label, _ in IMPLEMENTATIONS.values())])]
+    paths = {key: ROOT / source for key, (_, source) in IMPLEMENTATIONS.items()}
+    roles = {key: role_counts(path) for key, path in paths.items()}
+    counts = {key: section_counts(path) for key, path in paths.items()}
+
+    def cell(own: int, shared: int) -> str:
+        return f"{own} + {shared} shared" if shared else str(own)
+
+    rows = [_row(["", *(label for label, _ in IMPLEMENTATIONS.values())])]
     rows.append("|---|" + "---:|" * len(IMPLEMENTATIONS))
-    for section in SECTIONS:
-        rows.append(_row([f"`{section}`", *(counts[key].get(section, 0) for key in counts)]))
-    total = [sum(counts[key].get(s, 0) for s in SECTIONS) for key in counts]
-    rows.append(_row(["**all sections**", *(f"**{n}**" for n in total)]))
-    rows.append(_row(["whole file (imports included)", *(counts[key]["file"] for key in counts)]))
+    for i, (role, _) in enumerate(ROLES):
+        rows.append(_row([role, *(cell(*roles[k][i]) for k in roles)]))
+    total = [(sum(o for o, _ in roles[k]), sum(s for _, s in roles[k])) for k in roles]
+    rows.append(_row(["**all**", *(f"**{cell(*t)}**" for t in total)]))
+    rows.append(_row(["whole file (imports included)", *(counts[k]["file"] for k in counts)]))
     return "\n".join(rows) + "\n"
 
 

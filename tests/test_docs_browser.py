@@ -787,7 +787,9 @@ def test_every_side_by_side_page_says_what_differs_before_the_code(browser, base
 # what differs that show (their implementations, in the order shown).
 COMPARE_WORDS = r"""() => [...document.querySelectorAll('.md-content h2')].map(h => {
   const about = h.nextElementSibling;
-  const differs = about && about.nextElementSibling;
+  const after = about && about.nextElementSibling;
+  const contrasts = after && after.classList.contains('rosetta-contrasts') ? after : null;
+  const differs = contrasts ? contrasts.nextElementSibling : about && about.nextElementSibling;
   const notes = differs && differs.classList.contains('rosetta-differs')
     ? [...differs.querySelectorAll('.rosetta-differ')].filter(n => n.offsetHeight > 0)
         .sort((x, y) => x.getBoundingClientRect().top - y.getBoundingClientRect().top)
@@ -798,6 +800,9 @@ COMPARE_WORDS = r"""() => [...document.querySelectorAll('.md-content h2')].map(h
       ? about.textContent.trim() : null,
     links: about ? [...about.querySelectorAll('a[href]')].map(a => a.pathname) : [],
     notes: notes.map(n => ({impls: n.dataset.impls.split(' '), text: n.textContent.trim()})),
+    contrasts: contrasts ? [...contrasts.querySelectorAll('.rosetta-contrast')]
+      .filter(c => c.offsetHeight > 0).map(c => ({pair: c.dataset.pair,
+                                                   text: c.textContent.trim()})) : [],
   };
 })"""
 
@@ -805,8 +810,9 @@ COMPARE_WORDS = r"""() => [...document.querySelectorAll('.md-content h2')].map(h
 @pytest.mark.parametrize("width", READING)
 def test_every_compare_section_explains_itself_for_every_pair(browser, base_url, width):
     """Every section of the compare page says what it holds and links to its topic page; for
-    every pair, chosen with the controls, each section shows what differs for the two chosen and
-    for no other: the left one's note first (one note where a single note covers both)."""
+    every pair, chosen with the controls, the opening and each section show one contrast line, the
+    chosen pair's (the left one named first), and what differs for the two chosen and for no
+    other: the left one's note first (one note where a single note covers both)."""
     problems: list[str] = []
     page = new_page(browser, base_url, width, problems)
     page.goto(base_url + url_path(COMPARE))
@@ -821,7 +827,20 @@ def test_every_compare_section_explains_itself_for_every_pair(browser, base_url,
     pairs = list(itertools.combinations(IMPLEMENTATIONS, 2))
     for left, right in [*pairs, tuple(reversed(pairs[-1]))]:
         pick(page, left, right)
-        sections = [s for s in page.evaluate(COMPARE_WORDS) if s["id"] in SECTIONS]
+        every = page.evaluate(COMPARE_WORDS)
+        labels = dict(zip(IMPLEMENTATIONS, LABELS, strict=True))
+        for section in every:
+            lines = section["contrasts"]
+            where = f"{left, right}, {section['id']}"
+            if [line["pair"] for line in lines] != [f"{left} {right}"]:
+                failures.append(f"{where}: contrast lines shown: {lines}")
+            elif not (
+                0
+                < lines[0]["text"].lower().index(labels[left].lower())
+                < lines[0]["text"].lower().index(labels[right].lower())
+            ):
+                failures.append(f"{where}: the contrast does not name the left one first")
+        sections = [s for s in every if s["id"] in SECTIONS]
         if [s["id"] for s in sections] != SECTIONS:
             failures.append(f"{left, right}: sections {[s['id'] for s in sections]}")
         for section in sections:
@@ -1038,6 +1057,169 @@ def test_no_name_in_a_table_is_split(browser, base_url, width):
         split = page.evaluate(SPLIT_CELLS)
         if split:
             failures.append(f"{name}: {split[:4]}")
+    page.close()
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+# --- every screen: tables on a phone, copy buttons that take the tap, "All six" at 1440 px ------
+
+PHONE_PAGES = [CHOOSING, PERFORMANCE, "topics/jit/index.html", COMPARE]
+# Every table whose scroll wrapper scrolls sideways, scrolled to its right end: the rows whose
+# first cell (the row's label) is not in view at its left edge.
+LABELS_IN_VIEW = r"""() => {
+  const out = [];
+  for (const wrap of document.querySelectorAll('.md-content .md-typeset__scrollwrap')) {
+    if (wrap.scrollWidth <= wrap.clientWidth + 1) continue;
+    wrap.scrollLeft = wrap.scrollWidth;
+    const edge = wrap.getBoundingClientRect().left;
+    const hidden = [];
+    for (const row of wrap.querySelectorAll('tr')) {
+      const cell = row.firstElementChild;
+      if (!cell) continue;
+      cell.scrollIntoView({block: 'center', inline: 'nearest'});
+      wrap.scrollLeft = wrap.scrollWidth;
+      const box = cell.getBoundingClientRect();
+      const hit = document.elementFromPoint(box.left + Math.min(8, box.width / 2),
+                                            box.top + box.height / 2);
+      if (box.left < edge - 1 || !(hit && cell.contains(hit)))
+        hidden.push(cell.textContent.trim().slice(0, 30));
+    }
+    out.push({width: wrap.scrollWidth, shown: wrap.clientWidth, hidden});
+  }
+  return out;
+}"""
+
+
+def test_wide_tables_keep_their_row_labels_on_a_phone(browser, base_url):
+    """At 390 x 844 px, on the choosing, performance, jit and compare pages, a table that scrolls
+    sideways keeps every row's label (its first cell) in view when scrolled to its right end."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, PHONE, problems)
+    failures, scrolled = [], 0
+    for name in PHONE_PAGES:
+        if name not in PAGES:
+            continue
+        page.goto(base_url + url_path(name))
+        for table in page.evaluate(LABELS_IN_VIEW):
+            scrolled += 1
+            if table["hidden"]:
+                failures.append(f"{name}: {table['width']} px in {table['shown']}: {table}")
+        (SHOTS / "reading").mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SHOTS / "reading" / f"{slug(name)}-tables-{PHONE}.png")
+    page.close()
+    assert scrolled, "no table scrolls sideways on a phone: nothing was checked"
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+# Every copy button that shows, scrolled to the middle of the window: whether a tap at its
+# centre reaches it (nothing, such as a code block's title kept in view, lies over it).
+TAPPABLE = r"""() => {
+  const covered = [];
+  const buttons = [...document.querySelectorAll('.md-content [data-md-type="copy"]')]
+    .filter(b => b.offsetHeight > 0);
+  for (const button of buttons) {
+    button.scrollIntoView({block: 'center'});
+    const box = button.getBoundingClientRect();
+    const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    if (!(hit && (hit === button || button.contains(hit))))
+      covered.push(`${button.closest('.highlight').querySelector('.filename')?.textContent
+        || '?'} under ${hit ? hit.className || hit.tagName : 'nothing'}`);
+  }
+  return {count: buttons.length, covered};
+}"""
+
+
+@pytest.mark.parametrize("width", READING)
+def test_every_copy_button_takes_the_tap(browser, base_url, width):
+    """On the compare page (pure JAX against Keras 3) and the topic pages, every copy button
+    that shows is the element a tap at its centre reaches."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, width, problems)
+    failures, seen = [], 0
+    for name in [f"{url_path(COMPARE)}?a=pure_jax&b=keras", *map(url_path, TOPICS)]:
+        page.goto(base_url + name)
+        if page.locator("pre").count():
+            page.wait_for_selector('[data-md-type="copy"]', state="attached", timeout=2000)
+        found = page.evaluate(TAPPABLE)
+        seen += found["count"]
+        if found["covered"]:
+            failures.append(
+                f"{name}: {len(found['covered'])} of {found['count']}: {found['covered'][:3]}"
+            )
+    page.close()
+    assert seen, "no copy button found"
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
+def test_an_unknown_name_in_the_compare_address_is_said_so(browser, base_url):
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems)
+    page.goto(base_url + url_path(COMPARE) + "?a=pure_jax&b=torch")
+    note = page.locator(".rosetta-unknown")
+    assert note.count() == 1
+    text = note.text_content()
+    assert '"torch"' in text and "pure_jax" in text, text
+    page.goto(base_url + url_path(COMPARE) + "?a=pure_jax&b=keras")
+    assert page.locator(".rosetta-unknown").count() == 0
+    page.close()
+    assert not problems, problems
+
+
+# In the view of all six at 1440 px: every line whose text reaches past the edge of its code
+# block (clipped, or scrolled out of sight), and every string token drawn on more than one row
+# that holds no space, split elsewhere than at the breaks rosetta.js allows (<wbr>: after a
+# bracket, a comma, "=" or "/", before a dot), as "dm-" and "haiku" would be.
+ALL_SIX_FITS = r"""() => {
+  const wide = [], split = [];
+  const range = document.createRange();
+  for (const pre of document.querySelectorAll('.rosetta .tabbed-block pre')) {
+    if (!pre.offsetHeight) continue;
+    const edge = pre.querySelector('code').getBoundingClientRect().right;  // where code is cut
+    for (const line of pre.querySelectorAll('code > span[id^="__span"]')) {
+      const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+      let right = 0;
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const text = n.data.replace(/\s+$/, '');  // a space a line breaks at may hang past
+        if (!text) continue;
+        range.setStart(n, 0);
+        range.setEnd(n, text.length);
+        right = Math.max(right, ...[...range.getClientRects()].map(r => r.right));
+      }
+      if (right > edge + 0.5)
+        wide.push(`${(right - edge).toFixed(1)} px: ${line.textContent.trim().slice(0, 50)}`);
+    }
+    for (const token of pre.querySelectorAll('code span[class^="s"]')) {
+      if (/\s/.test(token.textContent)) continue;
+      const walker = document.createTreeWalker(token, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {  // the runs between <wbr>s
+        range.selectNodeContents(n);
+        const rows = new Set([...range.getClientRects()].filter(r => r.width > 0)
+          .map(r => Math.round(r.top))).size;
+        if (rows > 1) split.push(n.data);
+      }
+    }
+  }
+  return {wide, split};
+}"""
+
+
+def test_all_six_fit_their_columns_at_1440(browser, base_url):
+    """With every implementation shown (six columns at 1440 x 900 px), on every topic page no
+    code block is wider than its column and no string without a space is split across rows."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, WIDE, problems, view="all")
+    failures = []
+    for name in TOPICS:
+        page.goto(base_url + url_path(name))
+        found = page.evaluate(ALL_SIX_FITS)
+        if found["wide"] or found["split"]:
+            failures.append(
+                f"{name}: {len(found['wide'])} wide: {found['wide'][:3]}; "
+                f"split: {found['split'][:3]}"
+            )
     page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems

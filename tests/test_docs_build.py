@@ -165,6 +165,40 @@ def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
         assert sorted(k for n in notes for k in n.split()) == sorted(hooks.IMPLEMENTATIONS)
 
 
+def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
+    """Under the opening's heading and every section's: one contrast line for each ordered pair
+    of implementations (30 for six: the 15 pairs, either side left), made from the two styles'
+    phrases of docs/data/contrasts.toml, and naming both; the same phrase is said alike."""
+    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
+    assert result.returncode == 0, result.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    table = hooks.contrasts()
+    labels = {key: hooks._cap(label) for key, (label, _) in hooks.IMPLEMENTATIONS.items()}
+    parts = re.split(r"<h2 id=\"", html)[1:]
+    for section, part in zip((hooks.OPENING, *hooks.SECTIONS), parts, strict=True):
+        lines = dict(
+            re.findall(r'<div class="rosetta-contrast" data-pair="([^"]+)">(.*?)</div>', part, re.S)
+        )
+        pairs = [f"{a} {b}" for a in labels for b in labels if a != b]
+        assert sorted(lines) == sorted(pairs), section
+        for pair, text in lines.items():
+            a, b = pair.split()
+            text = html_text(text).strip()
+            assert text.startswith(table[section]["axis"] + "."), text
+            assert text.index(labels[a]) < text.index(labels[b]), text
+            phrase = table[section][b].replace("`", "")
+            assert phrase in text, (phrase, text)
+            assert ("alike" in text) == (table[section][a] == table[section][b]), text
+
+
+def test_a_style_without_a_contrast_phrase_fails_the_build(tmp_path, monkeypatch):
+    path = tmp_path / "contrasts.toml"
+    path.write_text(hooks.CONTRASTS.read_text().replace('keras = "`stateless_call` given', "# "))
+    monkeypatch.setattr(hooks, "CONTRASTS", path)
+    with pytest.raises(hooks.DocsError, match=r"\[forward\]: expected a phrase for keras"):
+        hooks.contrasts()
+
+
 def differences_block(*bullets: str, name: str = "module") -> str:
     return "\n".join([f"<!-- differences: {name} -->", *bullets, "<!-- end differences -->", ""])
 
@@ -377,6 +411,48 @@ def test_code_lines_leave_out_blank_lines_comments_and_docstrings():
         '''
     )
     assert sorted(hooks.code_lines(source)) == [5, 7, 8, 9]
+
+
+def test_line_counts_compare_like_with_like(tmp_path, monkeypatch):
+    """The roles add up to the sections; the converters count for the protocol, not the state;
+    the shared TrainState counts, as shared, for a file that imports it and for no other."""
+    source = textwrap.dedent(
+        """\
+        from cvae_rosetta.spec.state import TrainState
+        """
+    )
+    for name in hooks.SECTIONS:
+        body = "x = 1\n"
+        if name == "init":
+            body = "def init_params(k):\n    return k\n\n\ndef to_canonical(p):\n    return p\n"
+        source += f"# --8<-- [start:{name}]\n{body}# --8<-- [end:{name}]\n"
+    path = tmp_path / "impl.py"
+    path.write_text(source)
+    roles = dict(zip([r for r, _ in hooks.ROLES], hooks.role_counts(path), strict=True))
+    shared = hooks.shared_state_lines(path)
+    assert shared > 0
+    assert roles["its parameters and state: `init` without the converters"] == (2, shared)
+    assert roles["for the protocol: the converters, `fast_path`, `paths`, `adapter`"] == (5, 0)
+    counts = hooks.section_counts(path)
+    assert sum(own for own, _ in roles.values()) == sum(counts[s] for s in hooks.SECTIONS)
+    path.write_text(source.replace("TrainState", "State"))
+    assert hooks.shared_state_lines(path) == 0
+    assert "+ " + str(shared) + " shared" in hooks.loc_table()  # pure JAX and Haiku use it
+
+
+def test_the_site_description_names_every_style():
+    """The meta description search engines and link previews show names all six."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    description = re.search(r"^site_description: (.+)$", config, re.MULTILINE)[1]
+    for key in hooks.BUILTIN:
+        assert hooks.IMPLEMENTATIONS[key][0].lower() in description.lower(), key
+
+
+def test_code_in_a_table_breaks_only_between_tokens_and_only_when_long():
+    html = "<table><tr><td><code>nnx.jit</code> <code>jax.nn.initializers.lecun_normal()</code>"
+    out = hooks.TABLE.sub(lambda m: hooks.TABLE_CODE.sub(hooks._breakable, m[0]), html + "</table>")
+    assert "<code>nnx.jit</code>" in out  # short: whole
+    assert "<code>jax<wbr>.nn<wbr>.initializers<wbr>.lecun_normal(" in out  # long: before dots
 
 
 def test_every_implementation_file_has_every_section():

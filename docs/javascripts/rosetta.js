@@ -6,7 +6,9 @@
 //   control above the first tab set of a page picks it. The choice is in the address (?a=KEY&b=KEY
 //   for a pair), so a link opens the same view, and in localStorage, so the next page opens with
 //   it too. The compare page (whole files, <div class="rosetta-compare">) always shows a pair,
-//   and under each section's heading only the two chosen implementations' notes on what differs.
+//   and under each section's heading the chosen pair's contrast line and only the two chosen
+//   implementations' notes on what differs; a name in the address that is no implementation is
+//   said so.
 // - Lines never break inside a name. Where lines wrap (every view but a pair's two columns: the
 //   CSS), they break only at spaces, after an opening bracket, a comma or "=", and before a dot;
 //   a token without a space in it is never split, and a continuation hangs four characters right
@@ -38,20 +40,42 @@
       node.parentNode.insertBefore(wrap, node);
       wrap.appendChild(node);
     }
+    line.dataset.indent = indent;
+    line.dataset.hangCh = indent + 4;
     line.style.setProperty("--hang", indent + 4 + "ch");
+  }
+
+  // Where a wrapped line still overflows its column (a token longer than the room its hang
+  // leaves, as in six narrow columns), its continuation hangs less, down to two characters right
+  // of the line's own code: the line stays in view, no token is split, and a continuation still
+  // reads as one. Measured once for all lines, then for those that overflow, step by step.
+  function fitHangs() {
+    const lines = [...document.querySelectorAll(".rosetta code > span[data-hang-ch]")];
+    for (const line of lines) line.style.setProperty("--hang", line.dataset.hangCh + "ch");
+    const over = lines.filter(
+      (line) => line.offsetParent !== null && line.scrollWidth > line.clientWidth + 1,
+    );
+    for (const line of over) {
+      for (let hang = +line.dataset.hangCh - 1; hang >= +line.dataset.indent + 2; hang -= 1) {
+        line.style.setProperty("--hang", hang + "ch");
+        if (line.scrollWidth <= line.clientWidth + 1) break;
+      }
+    }
   }
 
   // Where a long line may break besides its spaces: after an opening bracket, a comma or "=",
   // and before a dot; inside comments and strings (Pygments' classes c* and s*, which may quote
   // code or a path) also after a slash. Any other token is never split.
   const BREAK_AFTER = /[([{,=]$/;
-  const BREAK_INSIDE = /[([{,=/](?=\S)|\w(?=\.\w)/g;
+  const BREAK_INSIDE = /[([{,=/](?=\S)|[A-Za-z_\])](?=\.[A-Za-z_])/g; // not inside "31.6"
 
   function allowBreaks(line) {
     const tokens = [...line.children].filter((t) => t.className !== "rosetta-indent");
     tokens.forEach((token, i) => {
       if (/^[cs]/.test(token.className)) breakInside(token);
-      else if (!/\s/.test(token.textContent)) token.classList.add("rosetta-token");
+      // a token without a space is never split, a string's included ("dm-haiku" breaks at no
+      // hyphen); a comment's or a string's <wbr>s still let it break
+      if (!/\s/.test(token.textContent)) token.classList.add("rosetta-token");
       const next = tokens[i + 1];
       if (
         next &&
@@ -202,6 +226,11 @@
       else if (a || b) note.dataset.side = a ? "a" : "b";
       else delete note.dataset.side;
     }
+    for (const line of document.querySelectorAll(".rosetta-contrast[data-pair]")) {
+      if (state.view === "pair" && line.dataset.pair === `${state.a} ${state.b}`) {
+        line.dataset.shown = "";
+      } else delete line.dataset.shown;
+    }
     for (const radio of control.querySelectorAll("input[name=view]")) {
       radio.checked = radio.value === state.view;
     }
@@ -217,6 +246,7 @@
       url.searchParams.set("b", state.b);
     }
     history.replaceState(history.state, "", url);
+    fitHangs();
     align();
     try {
       // The compare page always shows a pair: it keeps the pair, not the view, for other pages.
@@ -267,6 +297,7 @@
     if (compare) document.querySelector(".rosetta-compare").prepend(control);
     else first.before(control);
     let state = chosen(keys, compare);
+    unknownNames(keys, labels, control);
     const update = (change) => {
       state = { ...state, ...change };
       show(state, control, compare);
@@ -284,6 +315,20 @@
     stickyTop(compare ? control : null);
   }
 
+  // A name in the address that is no implementation is said so, never silently replaced.
+  function unknownNames(keys, labels, control) {
+    const query = new URLSearchParams(location.search);
+    const wrong = ["a", "b"].map((side) => query.get(side)).filter((v) => v && !keys.includes(v));
+    if (!wrong.length) return;
+    const note = document.createElement("p");
+    note.className = "rosetta-unknown";
+    note.setAttribute("role", "status");
+    const known = keys.map((key, i) => `${key} (${labels[i]})`).join(", ");
+    note.textContent = `No implementation named ${wrong.map((w) => `"${w}"`).join(" or ")} ` +
+      `(known: ${known}); showing the pair below instead.`;
+    control.append(note);
+  }
+
   // The sticky labels stop below Material's header, and on the compare page below its control.
   function stickyTop(control) {
     const set = () => {
@@ -295,7 +340,12 @@
     set();
     window.addEventListener("resize", () => {
       set();
+      fitHangs();
       align();
+    });
+    // a tab chosen on a narrow screen shows lines that were hidden when they were measured
+    document.addEventListener("change", (event) => {
+      if (event.target.closest(".rosetta .tabbed-set")) fitHangs();
     });
   }
 

@@ -14,8 +14,9 @@ interleaved (the order rotating), so that the ratios pair up round by round
 - **FLOPs, bytes, memory, HLO**: ``cost_analysis``, ``memory_analysis``, the optimized HLO's counts
   and fingerprint of the fast path; the roofline's two rates timed in the same rounds: a square
   matmul and a streaming Adam-like update over buffers the size of the parameters;
-- **techniques**: pure JAX's step without donation, with ``optax.flatten``, and with optax's own
-  clipping or AdamW in place of the shared halves, against its fast path, with bytes and fusions;
+- **techniques**: pure JAX's step without donation, with ``optax.flatten``, with optax's own
+  clipping or AdamW in place of the shared halves, and with each kernel's gradient computed in the
+  kernel's own layout, against its fast path, with bytes, fusions and transposes;
 - **data parallelism**: ``Plan(mechanism, n).make_step`` (the step ``cvae train`` runs) for every
   mechanism and device count, against the serial step;
 - **bfloat16**: every fast path in bfloat16 against float32 at the ``precision_batches``;
@@ -424,17 +425,20 @@ def _interleave(timed: Sequence[_Timed], rounds: int, tick: Callable[[str], None
             tick(f"round {r + 1}/{rounds}")
 
 
-def epoch_program(impl: Any, unroll: int, donate: bool = True) -> Any:
+def epoch_program(impl: Any, unroll: int, donate: bool = True, step: Any = None) -> Any:
     """``(state, xs [K, B, D], cs [K, B], keys [K]) -> (state, metrics [K])``: ``K`` train steps
-    as one jitted ``lax.scan`` over device-resident batches, the state donated."""
+    (``impl.train_step``, or ``step``) as one jitted ``lax.scan`` over device-resident batches, the
+    state donated."""
     import jax
 
     from cvae_rosetta.spec.validation import Batch
 
+    step = step or impl.train_step
+
     def epoch(state, xs, cs, keys):
         def body(state, inputs):
             x, c, key = inputs
-            return impl.train_step(state, Batch(x, c), key)
+            return step(state, Batch(x, c), key)
 
         return jax.lax.scan(body, state, (xs, cs, keys), unroll=unroll)
 
@@ -866,12 +870,71 @@ TECHNIQUES = {
     "AdamW",
     "optax's AdamW": "optax.adamw (bias corrections dividing every element) after the shared "
     "clipping",
+    "kernel layout": "each h @ kernel's gradient written h.T @ g (a jax.custom_vjp), in the "
+    "kernel's [in, out] layout: JAX's own rule writes (g.T @ h).T",
 }
+
+
+def kernel_layout_step(impl: Any) -> Callable:
+    """``impl``'s step with every ``h @ kernel`` of its loss (a 2-D ``dot_general`` contracting
+    ``h``'s last axis with the kernel's first) given a VJP that computes the kernel's gradient as
+    ``h.T @ g``. JAX's transpose rule computes it as ``g.T @ h``, ``[out, in]``, and transposes it
+    into the kernel's ``[in, out]``; at batch 1 XLA:CPU makes that product an elementwise outer
+    product and keeps the transpose inside the optimiser's fusions, which then read the gradient
+    across its rows. Equinox's ``[out, in]`` weights need no transpose. The loss is traced once and
+    its jaxpr evaluated with those ``dot_general``s swapped (JAX's custom-interpreter pattern), so
+    the model's code is the implementation's own."""
+    import jax
+    from jax import lax
+    from jax.extend.core import Literal
+
+    from cvae_rosetta.spec.model import noise
+
+    @jax.custom_vjp
+    def matmul(h, kernel):
+        return h @ kernel
+
+    def forward(h, kernel):
+        return h @ kernel, (h, kernel)
+
+    def backward(saved, g):
+        h, kernel = saved
+        return g @ kernel.T, h.T @ g
+
+    matmul.defvjp(forward, backward)
+    plain = (((1,), (0,)), ((), ()))
+
+    def evaluate(closed, *args):
+        names = (*closed.jaxpr.constvars, *closed.jaxpr.invars)
+        env = dict(zip(names, (*closed.consts, *args), strict=True))
+        read = lambda v: v.val if isinstance(v, Literal) else env[v]
+        for eqn in closed.jaxpr.eqns:
+            ins = [read(v) for v in eqn.invars]
+            if eqn.primitive is lax.dot_general_p and eqn.params["dimension_numbers"] == plain:
+                outs = [matmul(*ins)]
+            else:
+                outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
+                outs = outs if eqn.primitive.multiple_results else [outs]
+            env.update(zip(eqn.outvars, outs, strict=True))
+        return [read(v) for v in closed.jaxpr.outvars]
+
+    def step(state, batch, key):
+        eps = noise(key, batch.x.shape[0], state.config.model.latent_dim)
+        loss = lambda params: impl.loss_fn(state.replace(params=params), batch, eps)
+        closed, shape = jax.make_jaxpr(loss, return_shape=True)(state.params)
+        flat = lambda params: jax.tree.unflatten(
+            jax.tree.structure(shape), evaluate(closed, *jax.tree.leaves(params))
+        )
+        grads, metrics = jax.grad(flat, has_aux=True)(state.params)
+        return state.apply_gradients(grads), metrics
+
+    return step
 
 
 def _technique_states(state: Any) -> dict[str, tuple[Any, bool]]:
     """``technique -> (state, donated)``: pure JAX's state with the optimiser each one uses (the
-    optimiser states of optax's own halves have the shared one's structure)."""
+    optimiser states of optax's own halves have the shared one's structure); the kernel layout's
+    state is the fast path's (its step differs, :func:`kernel_layout_step`)."""
     import optax
 
     from cvae_rosetta.spec import optim
@@ -894,6 +957,7 @@ def _technique_states(state: Any) -> dict[str, tuple[Any, bool]]:
             state.replace(tx=optax.chain(optim.clip_by_global_norm(o.clip_norm), theirs)),
             True,
         ),
+        "kernel layout": (state, True),
     }
 
 
@@ -909,9 +973,10 @@ def _measure_techniques(settings: Settings, impl, params, b: int, bar: _Progress
     copy = lambda state: jax.tree.map(lambda a: a.copy(), state)
     for name, (state, donated) in _technique_states(base).items():
         donate = (0,) if donated else ()
-        step = jax.jit(impl.train_step, donate_argnums=donate)
+        train_step = kernel_layout_step(impl) if name == "kernel layout" else impl.train_step
+        step = jax.jit(train_step, donate_argnums=donate)
         compiled = step.lower(copy(state), batches[0], key_list[0]).compile()
-        epoch = epoch_program(impl, 1, donated)
+        epoch = epoch_program(impl, 1, donated, train_step)
         rows[name] = {
             "technique": name,
             "what": TECHNIQUES[name],

@@ -14,6 +14,7 @@ questions and are reported apart. Plots are drawn with matplotlib's ``Figure`` a
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,47 +50,76 @@ PLOTS = {"step_time": "step time per call and device time against pure JAX"}
 DISPLAY_WIDTH, FIGURE_WIDTH, FIGURE_DPI = 688, 6.88, 200  # CSS px, inches, dots per inch
 FIGURE_STYLE = {"font.size": 9, "axes.titlesize": 10, "figure.titlesize": 10}  # the rest: 9 pt
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
-# The choosing page's decision table: the need, the style, the path whose cost matters for that
-# need (besides the fast path), and the caveat. The measured reason is generated from the results.
+# The choosing page's decision table, one row per need a reader arrives with: the style (None: the
+# one the results name, or any), what is measured for it (the device time against pure JAX and
+# the path whose cost matters for that need; the compile time; the GPU's largest batch; data
+# parallelism), and the caveat. The figures and the maintenance evidence are generated.
 NEEDS = (
     (
-        "Learn JAX, or research code where every line is visible",
+        "Learning JAX, or teaching it",
         "pure_jax",
+        "device",
         None,
-        "You write the layers, the initialisation and the state's bookkeeping yourself.",
+        "You write the layers, the initialisation and the state's bookkeeping yourself: every "
+        "line of the model is on the page.",
     ),
     (
-        "A new project that wants objects: PyTorch habits, in-place model surgery",
-        "flax_nnx",
-        "nnx.jit in place",
-        "Split once and step with `jax.jit` in hot loops, as `impls/flax_nnx.py` does; "
-        "`nnx.jit` walks the object graph on every call.",
-    ),
-    (
-        "Objects that are also pytrees, every JAX transformation without lifted versions",
+        "Research code that changes every day",
         "equinox",
+        "compile",
         "eqx.filter_jit",
-        "Per-example layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the "
-        "state for low-overhead loops.",
+        "Objects that are pytrees, so every JAX transformation applies as it is; per-example "
+        "layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the state for "
+        "low-overhead loops.",
     ),
     (
-        "Keras habits (`fit`, callbacks), or one model for JAX, TensorFlow and PyTorch backends",
+        "A production model maintained for years",
+        "flax_nnx",
+        "device",
+        "nnx.jit in place",
+        "Objects with PyTorch habits, the API flax's own description presents; flax is still "
+        "0.x, so pin a minor version. Split once and step with `jax.jit` in hot loops, as "
+        "`impls/flax_nnx.py` does: `nnx.jit` walks the object graph on every call.",
+    ),
+    (
+        "Large batches on one GPU",
+        None,
+        "gpu",
+        None,
+        "Every style's fast path runs one compiled step; what differs at large batches is the "
+        "program XLA makes of it, named after each ratio.",
+    ),
+    (
+        "Many devices or hosts",
+        None,
+        "parallel",
+        None,
+        "The data-parallel step is shared (`--data-parallel`): it takes each style's gradient "
+        "function, so the style does not decide it. Several hosts: `cvae launch` or "
+        "`--distributed`.",
+    ),
+    (
+        "Keras habits (`fit`, callbacks), or one model for several backends",
         "keras",
+        "device",
         "model.fit step",
-        "Jit the step yourself with `stateless_call` and `stateless_apply`; the stock `AdamW` puts "
-        "epsilon on the uncorrected root, not where optax does.",
+        "Jit the step yourself with `stateless_call` and `stateless_apply`; the stock `AdamW` "
+        "puts epsilon on the uncorrected root, not where optax does.",
     ),
     (
         "An existing Linen codebase",
         "flax_linen",
+        "device",
         None,
-        "Maintained, but the Flax team recommends NNX for new code.",
+        "Keep it; flax's description presents NNX and sends Linen to a documentation site of "
+        "its own; `nnx.bridge` wraps Linen modules for a gradual move.",
     ),
     (
         "An existing Haiku codebase",
         "haiku",
+        "device",
         None,
-        "Maintenance mode, pinned here with the JAX range it is tested with; not for new code.",
+        "Keep it, pinned with the JAX range Haiku is tested with; not for new code.",
     ),
 )
 
@@ -195,6 +225,12 @@ def _mb(n: float | None) -> str:
     return "-" if n is None else f"{n / 1e6:,.1f} MB"
 
 
+SAME_PROGRAM = (
+    "the same compiled program as pure JAX's: the machine's variation between rounds, not a "
+    "difference of the step"
+)
+
+
 def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
     paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, copies,
@@ -202,7 +238,7 @@ def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     mine, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
     a, b = mine.get("hlo") or {}, ref.get("hlo") or {}
     if a.get("fingerprint") and a.get("fingerprint") == b.get("fingerprint"):
-        return "the same compiled program as pure JAX's"
+        return SAME_PROGRAM
     parts = [
         f"{a[k]} {k} against {b[k]}"
         for k in ("fusions", "copies", "transposes")
@@ -617,16 +653,18 @@ def _techniques(result: dict[str, Any], h: str) -> list[str]:
                 for t in ("step_us", "scan_us")
             ]
             name = "fast path" if fast else f"`{r['technique']}`"
-            rows.append(
-                [name, str(part["batch_size"]), *times, _moved(r), str(r["hlo"]["fusions"])]
-            )
+            counts = [str(r["hlo"].get(k, "-")) for k in ("fusions", "transposes")]
+            rows.append([name, str(part["batch_size"]), *times, _moved(r), *counts])
     return _part(
         f"{h} Pure JAX's step, written other ways",
         "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
-        "its bytes per step (and their share of the spec's minimum) and fusions; the fast path's "
-        "own times in its row. The docs' page *Making the step fast* reads them style by style.",
+        "its bytes per step (and their share of the spec's minimum), fusions and transposes; the "
+        "fast path's own times in its row. The docs' page *Making the step fast* reads them style "
+        "by style.",
         markdown_table(
-            ["written", "batch", "per call", "device time", "bytes", "fusions"], rows, "lrrrrr"
+            ["written", "batch", "per call", "device time", "bytes", "fusions", "transposes"],
+            rows,
+            "lrrrrrr",
         ),
     )
 
@@ -716,22 +754,141 @@ def performance_page(parts: Sequence[tuple[str, dict[str, Any], dict[str, str]]]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def decision(results: Sequence[dict[str, Any]]) -> str:
-    """The choosing page's table: for each need, the style, what the results say, the caveat."""
+def decision(results: Sequence[dict[str, Any]], maintenance: dict | None = None) -> str:
+    """The choosing page's table: for each need, the style, what the results say, how its
+    framework is maintained (``maintenance``: ``benchmarks/results/maintenance.json``), the
+    caveat."""
     rows = []
-    for need, impl, wrapper, caveat in NEEDS:
-        reasons = [_reason(result, impl, wrapper) for result in results]
-        rows.append([need, impl_label(impl), "<br>".join(r for r in reasons if r), caveat])
-    header = ["if you need", "use", "measured (per step, against pure JAX)", "mind"]
+    for need, impl, kind, wrapper, caveat in NEEDS:
+        use = impl_label(impl) if impl else _use(results, kind)
+        if kind == "gpu":
+            reasons = [_gpu_reason(r) for r in results if backend_name(r) != "CPU"]
+            reasons = reasons or ["**GPU**: no GPU run in the results: not measured"]
+        elif kind == "parallel":
+            reasons = [_parallel_reason(r) for r in results]
+        else:
+            reasons = [_reason(r, impl, wrapper, kind == "compile") for r in results]
+        kept = (impl or REFERENCE) if kind != "gpu" else REFERENCE
+        rows.append(
+            [
+                need,
+                use,
+                "<br>".join(r for r in reasons if r),
+                _maintained(kept, maintenance),
+                caveat,
+            ]
+        )
+    header = ["if you need", "use", "measured (per step, against pure JAX)", "maintained", "mind"]
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
     note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    if maintenance:
+        note += (
+            f"\nMaintained: the final releases on {maintenance['registry']} as of "
+            f"{maintenance['fetched']} (`benchmarks/maintenance.py`), and what the project's own "
+            "description there says of its state, quoted.\n"
+        )
     why = [f"{backend_name(r)}: {groups}" for r in results if (groups := programs(r))]
     if why:
         note += f"\nWhy the styles differ, from their compiled programs. {' '.join(why)}\n"
     return markdown_table(header, rows) + note
 
 
-def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
+def _largest(result: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, dict]]:
+    """The largest batch size, its batch, and ``impl -> device time against pure JAX`` there."""
+    b, batch = _batches(result)[-1]
+    device = {
+        i: (scan_row(batch, i) or {}).get("vs_pure_jax", {}).get("step") for i in _impls(result)
+    }
+    device[REFERENCE] = device.get(REFERENCE) or {"ratio": 1.0, "within_noise": True}
+    return b, batch, {i: e for i, e in device.items() if e}
+
+
+def _fastest(result: dict[str, Any]) -> list[str]:
+    """The styles whose device time at the largest batch is not beaten beyond noise: pure JAX and
+    those within noise of it, unless one is faster beyond noise (then those below 1.0)."""
+    _, _, device = _largest(result)
+    faster = [i for i, e in device.items() if differs(e) and e["ratio"] < 1]
+    return faster or [i for i, e in device.items() if not differs(e)]
+
+
+def _use(results: Sequence[dict[str, Any]], kind: str) -> str:
+    gpu = [r for r in results if backend_name(r) != "CPU"]
+    if kind == "gpu" and gpu:
+        return _or([impl_label(i) for i in _fastest(gpu[0])])
+    return "any of the six" if kind == "parallel" else "not measured"
+
+
+def _or(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _gpu_reason(result: dict[str, Any]) -> str:
+    b, batch, device = _largest(result)
+    model = result["settings"]["model"]
+    apart = [
+        f"{impl_label(i)} {ratio(e)} ({cause(batch, i, model)})"
+        for i, e in device.items()
+        if differs(e)
+    ]
+    same = [impl_label(i) for i, e in device.items() if not differs(e)]
+    missing = [impl_label(i.name) for i in registry.known() if i.builtin and i.name not in device]
+    text = f"**{backend_name(result)}**, device time at batch {b:,}: {_and(same)} within noise"
+    text += ("; " + "; ".join(apart)) if apart else ""
+    text += f"; {_and(missing)} not measured" if missing else ""
+    return text + f" ({_rounds(result)})"
+
+
+def _rounds(result: dict[str, Any]) -> str:
+    return f"{result['settings']['rounds']} rounds, {provenance(result)}"
+
+
+def _parallel_reason(result: dict[str, Any]) -> str:
+    data = result.get("data_parallel") or {}
+    rows = [r for r in data.get("rows", []) if r["mechanism"] != "none"]
+    name = backend_name(result)
+    if not rows:
+        return f"**{name}**: data parallelism not measured in this run"
+    apart = [r for r in rows if differs(r["vs_pure_jax"]["step"])]
+    devices = sorted({r["devices"] for r in rows})
+    mechanisms = ", ".join(sorted({r["mechanism"] for r in rows}))
+    on = f"{_and([str(d) for d in devices])} device{'s' if devices != [1] else ''}"
+    text = (
+        f"**{name}**, per step against pure JAX under the same mechanism and device count "
+        f"({mechanisms} on {on}): within noise in {len(rows) - len(apart)} of {len(rows)} cases"
+    )
+    if apart:
+        text += "; " + "; ".join(
+            f"{impl_label(r['impl'])} {r['mechanism']} on {r['devices']} "
+            f"{ratio(r['vs_pure_jax']['step'])}"
+            for r in apart
+        )
+    note = data.get("note")
+    return text + (f" ({note})" if note else "")
+
+
+def _maintained(impl: str, maintenance: dict | None) -> str:
+    """Release history and the maintainers' own words for ``impl``'s distribution, with source."""
+    found = registry.info(impl)
+    name = found.about.distribution if found else impl
+    record = (maintenance or {}).get("distributions", {}).get(name)
+    if not record:
+        return f"{name}: no record (`python benchmarks/maintenance.py` fetches one)"
+    fetched = maintenance["fetched"]
+    year = str(int(fetched[:4]) - 1) + fetched[4:]
+    releases = record["releases"]
+    recent = [r for r in releases if r["date"] > year]
+    latest, first = releases[-1], releases[0]
+    text = (
+        f"{name}: {len(recent)} release{'' if len(recent) == 1 else 's'} in the year to "
+        f"{fetched}, the latest {latest['version']} "
+        f"({latest['date']}); {len(releases)} since {first['version']} ({first['date']})"
+    )
+    said = " ".join(f"“{s}”" for s in record["statements"])
+    words = f"its description: {said}" if said else "its description says nothing of its state"
+    return f"{text}. [{words}]({record['source']})" if said else f"{text}; {words}"
+
+
+def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: bool = False) -> str:
     batches = _batches(result)
     name = backend_name(result)
     sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
@@ -766,7 +923,26 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None) -> str:
             f"; `{wrapper}` per call, against the fast path: "
             f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
         )
+    if compile and (seconds := _to_compiled(batches, impl)):
+        text += (
+            f"; from the step's code to its compiled program (trace, lower, compile; median over "
+            f"the batch sizes): {seconds[0]:.2f} s against pure JAX's {seconds[1]:.2f} s"
+        )
     return text
+
+
+def _to_compiled(batches: list, impl: str) -> tuple[float, float] | None:
+    def median(name: str) -> float | None:
+        rows = [_row(bt, name) for _, bt in batches]
+        times = [
+            sum(r[t] for t in ("trace_s", "lower_s", "compile_s"))
+            for r in rows
+            if r and all(r.get(t) is not None for t in ("trace_s", "lower_s", "compile_s"))
+        ]
+        return statistics.median(times) if times else None
+
+    mine, ref = median(impl), median(REFERENCE)
+    return (mine, ref) if mine is not None and ref is not None else None
 
 
 # --- making the step fast -------------------------------------------------------------------------
@@ -895,6 +1071,8 @@ def _plot_step_time(figure, result):
     device.set(ylabel="ratio to pure JAX, with interval")
     legend = {"loc": "outside lower center", "ncols": min(len(impls), 6), "frameon": False}
     figure.legend(*call.get_legend_handles_labels(), **legend)  # below the panels, off the data
+    rounds = result["settings"]["rounds"]
+    figure.suptitle(f"{backend_name(result)}: {provenance(result)}; {rounds} rounds")
 
 
 # --- writing into pages ---------------------------------------------------------------------------
@@ -911,16 +1089,20 @@ def write_between_markers(doc: Path, begin: str, end: str, text: str) -> None:
     write_text(doc, f"{head}{begin}\n{text}\n{end}{tail}")
 
 
-def render_docs(sources: Sequence[tuple[Path, str]], docs: Path) -> list[Path]:
+def render_docs(
+    sources: Sequence[tuple[Path, str]], docs: Path, maintenance: Path | None = None
+) -> list[Path]:
     """``docs/performance.md``, its plots and the decision table of ``docs/choosing.md`` from
-    result files ``(path, plot prefix)`` (from :func:`cvae_rosetta.bench.results.load`)."""
+    result files ``(path, plot prefix)`` (from :func:`cvae_rosetta.bench.results.load`), and the
+    maintenance record ``maintenance`` (``benchmarks/maintenance.py``'s file) where there is one."""
     parts = []
     for path, prefix in sources:
         result = load(path)
         images = {k: f"img/{v}" for k, v in plots(result, docs / "img", prefix).items()}
         parts.append((f"benchmarks/results/{path.name}", result, images))
     write_text(docs / "performance.md", performance_page(parts))
-    table = decision([result for _, result, _ in parts]).rstrip()
+    record = json.loads(maintenance.read_text()) if maintenance and maintenance.is_file() else None
+    table = decision([result for _, result, _ in parts], record).rstrip()
     write_between_markers(docs / "choosing.md", DECISION_BEGIN, DECISION_END, table)
     write_fast_step([result for _, result, _ in parts], docs / FAST_STEP_FILE)
     return [docs / "performance.md", docs / FAST_STEP_FILE, docs / "choosing.md"]
