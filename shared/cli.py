@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
-from cvae_rosetta.app import cache, configfile, signals
+from cvae_rosetta.app import cache, configfile, resources, signals
 from cvae_rosetta.bench.harness import SETTING_FLAGS
 from cvae_rosetta.spec import config as config_module
 from cvae_rosetta.spec.config import SECTIONS, Config
@@ -563,6 +563,7 @@ def _check_train(args: argparse.Namespace) -> Resolved:
         _check_impl_names([args.impl])
     if args.resume is None:
         _check_data_dir(resolved)
+        resources.check_fits(resolved.config)
     return resolved
 
 
@@ -621,6 +622,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if names:
         _check_impl_names(names)
     _check_data_dir(resolved)
+    resources.check_fits(config)
     _start_jax(args)
     from cvae_rosetta.app import compare, evaluate, train
 
@@ -707,7 +709,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from cvae_rosetta.app import distributed
 
     return distributed.launch(
-        args.num_processes, args.command, port=args.port, timeout=args.timeout
+        args.num_processes,
+        args.command,
+        port=args.port,
+        timeout=args.timeout,
+        oversubscribe=args.oversubscribe,
     )
 
 
@@ -870,6 +876,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_number(int), default=None, help="coordinator port [a free one]")
     p.add_argument(
         "--timeout", type=_number(float), default=None, help="stop them all after S seconds"
+    )
+    p.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="start more processes than this machine has cores (or memory) for",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- train ARGS")
     p.set_defaults(func=cmd_launch)
@@ -1231,13 +1242,15 @@ def _run(args: argparse.Namespace) -> int:
         )
         return WRITE_FAILED if files.disk_error(err) else REFUSED
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Stopped) where nothing waits for it
-        from cvae_rosetta.app.train import going_on
-
         signum = getattr(err, "signum", signal.SIGINT)
         files.silence_stderr()  # one line: no library's thread may print after it
+        # a stop while JAX was being imported leaves it half imported: import nothing then
+        train = sys.modules.get("cvae_rosetta.app.train")
+        workdir = getattr(err, "workdir", None)
+        after = train.going_on(workdir, _resume_command) if train else files.RUN_AGAIN
         files.say(
             f"cvae: {args.command} stopped by {signal.Signals(signum).name} before its end, "
-            f"nothing half-written; {going_on(getattr(err, 'workdir', None), _resume_command)}"
+            f"nothing half-written; {after}"
         )
         return 128 + signum
 

@@ -275,6 +275,13 @@ def _silence(real: int) -> None:
         _REAL_STDERR.append(real)
 
 
+# How to go on after a command stopped before it claimed a run directory (the CLI says it without
+# importing the application, which a stop during start-up may have left half imported).
+RUN_AGAIN = (
+    "run the same command, adding --overwrite if its output directory is then refused as not empty"
+)
+
+
 def silence_stderr() -> None:
     """Send file descriptor 2 to the null device for the rest of the process: what a failed
     library's threads still print while the process ends is not the process's to say (only when

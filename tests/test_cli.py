@@ -7,13 +7,14 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from cvae_rosetta.app import distributed, train
 from cvae_rosetta.cli import FIELD_FLAGS, FLAGS, build_parser, in_flags, main
-from cvae_rosetta.spec.config import SECTIONS, Config
+from cvae_rosetta.spec.config import SECTIONS, Config, ModelConfig
 
 FAST = ["--epochs", "2", "--batch-size", "128", "--no-progress", "--latent-dim", "4"]
 
@@ -372,6 +373,37 @@ def test_no_cluster_without_distributed(capsys):
 def test_launch_refuses_a_bad_port_or_timeout(capsys, args, message):
     assert main(["launch", *args, "--", "train"]) == 2
     assert capsys.readouterr().err == f"cvae: error: {message}\n"
+
+
+def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_path):
+    """A model of about 51 GB of weights, a thousand processes, and more epochs than the step
+    counter counts: each refused in one line naming the flag, status 2, within 2 s of the
+    command's start (no JAX started for the first two), nothing written, nothing started."""
+    from cvae_rosetta.app import resources
+
+    cases = [
+        (["train", "--latent-dim", "100000000"], "--latent-dim: expected a model that fits"),
+        (["launch", "--num-processes", "1000", "--", "train"], "--num-processes: expected at most"),
+        (["train", "--epochs", "99999999999999999999999"], "--epochs: expected at most"),
+    ]
+    for args, message in cases:
+        out = tmp_path / "run"
+        command = [*args, "--out", str(out)]  # launch passes it on to its train command
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "cvae_rosetta.cli", *command],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        )  # fmt: skip
+        took = time.monotonic() - started
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"cvae: error: {message}"), done.stderr
+        assert done.stderr.count("\n") == 1 and not done.stdout, done.stderr
+        assert not out.exists(), sorted(out.iterdir())
+        if args[0] == "launch" or "--latent-dim" in args:
+            assert took < 2, f"{args}: refused after {took:.1f} s"
+    big = Config(model=ModelConfig(latent_dim=100_000_000))
+    assert resources.training_bytes(big)[0] > 50e9  # the estimate, not the machine, decides
+    resources.check_launch(1000, oversubscribe=True)  # the flag to go beyond
 
 
 def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):

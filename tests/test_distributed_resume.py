@@ -123,6 +123,67 @@ def test_a_two_process_run_stopped_by_sigterm_goes_on_as_two_processes_bit_for_b
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("delay", [0.2, 1.0, 2.0])
+def test_sigterm_to_the_launch_during_start_up_ends_every_process_in_one_line(tmp_path, delay):
+    """SIGTERM to the launcher's process group, as a scheduler or a terminal sends it, at points
+    of start-up: before the processes' Python starts, while they import, while they join the
+    coordination service. Every process is gone within 10 s, the status is
+    143, each process says at most one line, and no traceback. Before this change process 0
+    printed a traceback and waited in the coordination service's connect, deaf to every signal,
+    until it aborted 305 s later (status 134)."""
+    out = tmp_path / "run"
+    launcher = start(launch_args(*TWO, "--out", str(out)), tmp_path, new_session=True)
+    time.sleep(delay)
+    os.killpg(launcher.pid, signal.SIGTERM)
+    try:
+        stdout, stderr = launcher.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        pytest.fail(f"still running 10 s after SIGTERM at {delay} s")
+    time.sleep(0.5)  # the processes' own exit after the launcher's
+    try:
+        os.killpg(launcher.pid, 0)
+        alive = True
+        os.killpg(launcher.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        alive = False
+    lines = (stdout + stderr).splitlines()
+    assert not alive, f"a process of the launch outlived it: {lines}"
+    # 143: stopped by SIGTERM (-15: killed by it before Python could take it; a shell says 143)
+    assert launcher.returncode in (143, -signal.SIGTERM), lines
+    if lines:  # none where the launcher itself was killed before it could say anything
+        assert_launcher_lines(lines)
+    assert not any("Traceback" in line or "Exception ignored" in line for line in lines), lines
+    for prefix in ("[0] ", "[1] ", "cvae launch: "):
+        assert sum(line.startswith(prefix) for line in lines) <= 1, lines
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_process_waiting_for_its_peers_stops_at_once_in_one_line(tmp_path, signum):
+    """Process 0 of two, started alone, waits in the coordination service's connect for a peer
+    that never comes (native code, where Python's handlers do not run): SIGTERM or SIGINT ends it
+    within 10 s, one line, status 128 + the signal, nothing written."""
+    out = tmp_path / "run"
+    port = distributed.free_port()
+    args = ["train", *TWO, "--out", str(out), "--distributed", "--coordinator",
+            f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0"]  # fmt: skip
+    process = start(args, tmp_path, new_session=True)
+    time.sleep(6)  # imports done: in the connect, where a peer would be waited for 5 minutes
+    assert process.poll() is None, outputs(process, WAIT)
+    told = time.monotonic()
+    process.send_signal(signum)
+    status, lines = ended(process)
+    assert time.monotonic() - told < 10, lines
+    assert status == 128 + signum, lines
+    name = signal.Signals(signum).name
+    assert lines == [f"cvae: stopped by {name} while joining the other 1 process of the run, "
+                     "before the first step"], lines  # fmt: skip
+    assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
+
+
+@pytest.mark.faults
 @pytest.mark.parametrize(("killed", "slow"), [(1, "1:6"), (0, "2:6")])
 def test_a_lost_process_stops_the_other_in_one_line_and_the_run_goes_on(
     reference, tmp_path, killed, slow

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta.app import resources
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -155,6 +156,10 @@ class Cluster:
 
         config = self.config
         parallel.arrange_cpu_devices(config.train.devices // self.num_processes)
+        # JAX's preemption service would catch SIGTERM in native code from the connect on, where
+        # no Python handler sees it (a process told to stop would train on); the run agrees on
+        # stopping itself (Cluster.agree), so SIGTERM stays Python's
+        jax.config.update("jax_enable_preemption_service", False)
         jax.distributed.initialize(
             coordinator_address=self.coordinator,
             num_processes=self.num_processes,
@@ -419,6 +424,7 @@ def launch(
     timeout: float | None = None,
     grace: float = 10.0,
     lost_grace: float = LOST_GRACE,
+    oversubscribe: bool = False,
 ) -> int:
     """Run ``cvae COMMAND --distributed ...`` as ``num_processes`` local processes on loopback.
 
@@ -444,6 +450,7 @@ def launch(
         raise ConfigError(f"port: expected an integer in [1, 65535], got {port!r}")
     if timeout is not None and (not _is_number(timeout) or not timeout > 0):
         raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
+    resources.check_launch(num_processes, oversubscribe=oversubscribe)
     coordinator = f"127.0.0.1:{port or free_port()}"
     run = _Launch(num_processes, command, coordinator, grace=grace, lost_grace=lost_grace)
     return run.run(timeout)
@@ -467,11 +474,15 @@ class _Launch:
         self.threads: list[threading.Thread] = []
         self.ended: list[int] = []  # the processes that ended, in the order they were seen to
         self.lost_since: float | None = None  # when a process was first seen killed
+        self.told_at: float | None = None  # when the launcher was told to stop (SIGTERM)
+        self.told_by = 0  # the signal that told it
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: "1"}
         refusals = _Refusals()
         for i in range(self.count):
+            if self.told_at is not None:  # told to stop: start no more
+                break
             argv = [
                 *(sys.executable, "-m", "cvae_rosetta.cli", *self.command, "--distributed"),
                 *("--coordinator", self.coordinator, "--num-processes", str(self.count)),
@@ -502,7 +513,8 @@ class _Launch:
         finally:
             if passed_on is not None:
                 signal.signal(signal.SIGTERM, passed_on)
-            _stop(self.procs, self.grace, kill=self.lost_since is not None)
+            overdue = self.told_at is not None and time.monotonic() - self.told_at > self.grace
+            _stop(self.procs, self.grace, kill=self.lost_since is not None or overdue)
             for t in self.threads:
                 t.join(timeout=5)
         if said:  # after every line of the processes
@@ -514,6 +526,8 @@ class _Launch:
         return any(p.poll() is not None and p.returncode < 0 for p in self.procs)
 
     def _pass_on(self, signum: int, frame: Any) -> None:
+        if self.told_at is None:
+            self.told_at, self.told_by = time.monotonic(), signum
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -533,8 +547,12 @@ class _Launch:
                 self.ended.append(i)
                 if p.returncode < 0 and self.lost_since is None:
                     self.lost_since = time.monotonic()
-        if len(self.ended) == self.count:
+        if len(self.ended) == len(self.procs) and (
+            len(self.procs) == self.count or self.told_at is not None
+        ):
             return True
+        if self.told_at is not None and time.monotonic() - self.told_at > self.grace:
+            return True  # told to stop, and some did not within the grace: _stop ends them
         if self.lost_since is not None:  # the others notice in their next collective
             return time.monotonic() - self.lost_since > self.lost_grace
         codes = {self.procs[i].returncode for i in self.ended} - {0}
@@ -546,6 +564,8 @@ class _Launch:
         codes = {i: self.procs[i].returncode for i in self.ended}
         killed = [i for i in self.ended if codes[i] < 0]
         failed = [i for i in self.ended if codes[i] != 0]
+        if not killed and self.told_by:  # told to stop: that signal's status, whoever ran
+            return (codes[failed[0]] if failed else 128 + self.told_by), ""
         if not killed:
             return (codes[failed[0]], "") if failed else (0, "")
         first, signum = killed[0], -codes[killed[0]]

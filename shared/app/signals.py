@@ -7,6 +7,7 @@ seconds, and one, then a stop, on a signal).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -77,6 +78,8 @@ class GracefulStop:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous = signal.signal(sig, self._handle)
                 self._previous.setdefault(sig, previous)
+        if _PENDING and not self.signum:  # a stop raised where Python had to drop it
+            self.signum = _PENDING[0]
 
     def __enter__(self) -> GracefulStop:
         self.install()
@@ -88,8 +91,26 @@ class GracefulStop:
         self._previous.clear()
 
 
+# The signal :func:`_raise_stopped` raised for, kept: Python drops an exception raised in a
+# callback it cannot raise from (a garbage collection callback during an import, say), and the
+# run must still stop (:meth:`GracefulStop.install`, :func:`ends_at_once` look here).
+_PENDING: list[int] = []
+
+
 def _raise_stopped(signum: int, frame: Any) -> None:
+    _PENDING.append(signum)
     raise Stopped(signum)
+
+
+def _quiet_unraisable(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` without the traceback of a :class:`Stopped` it had to drop (the
+    stop is kept in :data:`_PENDING`)."""
+
+    def unraisable(info: Any) -> None:
+        if not isinstance(info.exc_value, Stopped):
+            hook(info)
+
+    return unraisable
 
 
 @contextlib.contextmanager
@@ -102,10 +123,52 @@ def sigterm_stops_at_once() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    hook, sys.unraisablehook = sys.unraisablehook, _quiet_unraisable(sys.unraisablehook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def ends_at_once(what: str) -> Iterator[None]:
+    """Inside the block, a call into native code that may block for minutes (joining the other
+    processes of a distributed run), SIGINT or SIGTERM ends the process at once: one line, status
+    128 + the signal. Python runs its signal handlers only between the main thread's bytecodes,
+    which such a call does not reach; the signal's wakeup byte (``signal.set_wakeup_fd``) wakes a
+    thread that ends the process instead. Nothing of the run is written before its first step,
+    so there is nothing to finish."""
+    if _PENDING:  # a stop raised where Python had to drop it: stop before blocking
+        raise Stopped(_PENDING[0])
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in stopping}
+    old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := os.read(read, 1):
+            if data[0] in stopping:
+                name = signal.Signals(data[0]).name
+                files.silence_stderr()  # one line: no library's thread may print after it
+                files.say(f"cvae: stopped by {name} while {what}, before the first step")
+                os._exit(128 + data[0])
+
+    watcher = threading.Thread(target=watch, name="cvae-stop-at-once", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(write)  # the watcher reads the end of the pipe and returns
+        watcher.join(timeout=1)
+        os.close(read)
 
 
 AGREE_EVERY = 10  # in a run of several processes, steps between agreements on stopping and time

@@ -51,6 +51,7 @@ from cvae_rosetta.app import (
     frameworks,
     images,
     parallel,
+    resources,
     resuming,
     rundir,
     signals,
@@ -172,6 +173,7 @@ def fit_to_data(config: Config, given: Collection[str] = ()) -> tuple[Config, Da
         model=model.replace(input_dim=dataset.input_dim, num_classes=dataset.num_classes)
     )
     data.check_batch_size(dataset, config.data.batch_size)
+    resources.check_steps(config.train.epochs, steps_per_epoch(config, dataset))
     # a schedule without decay_steps spans the whole run; config.json records the number
     optim = config.optim.for_run(total_steps(config, dataset))
     return config.replace(optim=optim), dataset
@@ -197,7 +199,11 @@ def start_devices(config: Config, cluster: Any = None) -> None:
     """Arrange host devices (``train.devices`` on a CPU) and join a distributed run, before
     anything touches a JAX device."""
     if cluster is not None:
-        cluster.start()
+        others = cluster.num_processes - 1
+        with signals.ends_at_once(
+            f"joining the other {others} process{'es' if others != 1 else ''} of the run"
+        ):
+            cluster.start()
     elif config.train.devices > 1:
         parallel.arrange_cpu_devices(config.train.devices)
 
@@ -633,7 +639,7 @@ def going_on(workdir: Path | None, resume_command: Callable[[Path], str], when: 
         )
     again = f"{when}run the same command"
     if workdir is None:
-        return f"{again}, adding --overwrite if its output directory is then refused as not empty"
+        return f"{when}{files.RUN_AGAIN}"
     left = [p.name for p in Path(workdir).iterdir()] if Path(workdir).is_dir() else []
     if not [name for name in left if name != rundir.LOCK_FILE]:
         return f"no checkpoint was written and {workdir} is empty: {again}"
