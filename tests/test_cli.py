@@ -218,11 +218,20 @@ def bad_inputs(tmp_path):
             "expected labels in [0, 10)",
         ),
         "NaN pixels": (["--data", "mnist", "--data-dir", str(nan_pixels)], "expected finite"),
-        "batch too large": (["--batch-size", "5000"], "data.batch_size: expected at most 1437"),
-        "bad number": (["--latent-dim", "abc"], "model.latent_dim: expected an integer >= 1"),
-        "bad loss": (["--loss", "l2"], "loss.kind: expected one of bernoulli, mse"),
-        "negative lr": (["--learning-rate", "-1"], "optim.learning_rate: expected a finite"),
-        "input dim clash": (["--input-dim", "784"], "model.input_dim: expected 64"),
+        "batch too large": (
+            ["--batch-size", "5000"],
+            "--batch-size (data.batch_size): expected at most 1437",
+        ),
+        "bad number": (
+            ["--latent-dim", "abc"],
+            "--latent-dim (model.latent_dim): expected an integer >= 1",
+        ),
+        "bad loss": (["--loss", "l2"], "--loss (loss.kind): expected one of bernoulli, mse"),
+        "negative lr": (
+            ["--learning-rate", "-1"],
+            "--learning-rate (optim.learning_rate): expected a finite",
+        ),
+        "input dim clash": (["--input-dim", "784"], "--input-dim (model.input_dim): expected 64"),
         "bad dims": (["--encoder-dims", "16,x"], "model.encoder_dims[1]"),
         "out under a file": (["--out", str(tmp_path / "a_file" / "run")], "is a file"),
     }
@@ -303,8 +312,10 @@ def test_every_config_field_is_shown_as_its_flag():
         assert in_flags(f"pure_jax: the loss is nan; lower {name}") == (
             f"pure_jax: the loss is nan; lower {flag}"
         )
-        # the field a message is about keeps the name config.json gives it
-        assert in_flags(f"{name}: expected 1, got {name}=2") == f"{name}: expected 1, got {flag}=2"
+        # the field a message is about: the flag typed, and the name config.json gives it
+        assert in_flags(f"{name}: expected 1, got {name}=2") == (
+            f"{flag} ({name}): expected 1, got {flag}=2"
+        )
     assert set(FIELD_FLAGS.values()) <= every_flag(build_parser())  # no flag the CLI lacks
 
 
@@ -413,5 +424,7 @@ def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):
     )
     assert code == 2
     err = capfd.readouterr().err
-    assert err.count("cvae: error: train.epochs: expected an integer >= 1, got 0") == 1, err
+    assert (
+        err.count("cvae: error: --epochs (train.epochs): expected an integer >= 1, got 0") == 1
+    ), err
     assert not out.exists()

@@ -285,13 +285,16 @@ def test_one_registered_from_outside_without_about_gets_the_defaults(tmp_path, m
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("ABOUT = ['Mine']\n", "expected a literal dict, got ['Mine'] (list)"),
+        ("ABOUT = ['Mine']\n", "expected a literal dict, got ['Mine'] (a list)"),
         ("ABOUT = dict(label='x')\n", "expected a literal dict, got \"dict(label='x')\""),
         ("ABOUT = {'lable': 'x'}\n", "expected keys among label, module, distribution, extra, "),
         ("ABOUT = {'label': ''}\n", "'label': expected a non-empty string, got ''"),
         ("ABOUT = {'module': 'a-b'}\n", "'module': expected a module's dotted name, got 'a-b'"),
-        ("ABOUT = {'extra': 3}\n", "'extra': expected None or a non-empty string, got 3 (int)"),
-        ("ABOUT = {'order': True}\n", "'order': expected an integer, got True (bool)"),
+        (
+            "ABOUT = {'extra': 3}\n",
+            "'extra': expected None or a non-empty string, got 3 (an integer)",
+        ),
+        ("ABOUT = {'order': True}\n", "'order': expected an integer, got True (true or false)"),
         ("ABOUT = {}\nABOUT = {}\n", "expected one assignment, got 2 (lines 1, 2)"),
         ("ABOUT = {\n", "expected Python source to read it from, got SyntaxError at line 1"),
     ],

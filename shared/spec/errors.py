@@ -42,6 +42,19 @@ class CheckpointError(CvaeError):
     """A checkpoint cannot be found, read or trusted, or does not fit the run it would resume."""
 
 
+# What a value is, in words rather than Python's type names (a user never typed ``NoneType``).
+KINDS = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "text",
+    "bool": "true or false",
+    "NoneType": "nothing",
+    "list": "a list",
+    "tuple": "a list",
+    "dict": "a table",
+}
+
+
 def describe(value: Any) -> str:
     """A short, readable description of ``value`` for error messages."""
     shape = getattr(value, "shape", None)
@@ -51,7 +64,8 @@ def describe(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    kind = type(value).__name__
+    return f"{text} ({KINDS.get(kind, kind)})"
 
 
 def field_error(cls: type[CvaeError], field: str, expected: str, value: Any) -> CvaeError:
