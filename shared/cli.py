@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cvae_rosetta import files
 from cvae_rosetta.app import cache, configfile, resources, signals
@@ -623,6 +624,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return print_config(resolved, "compare")
     config, given = resolved.config, resolved.given
     names = [n.strip() for n in args.impls.split(",") if n.strip()] if args.impls else None
+    if args.impls is not None and not names:
+        raise ConfigError(
+            f"--impls: expected implementations separated by commas (leave the flag out for all "
+            f"of them), got {args.impls!r}"
+        )
     if names:
         _check_impl_names(names)
     _check_data_dir(resolved)
@@ -785,8 +791,48 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's voice: a refusal is one line naming the flag (no usage block),
+    and a long flag is taken only as typed in full (``--epoch`` is not ``--epochs``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        files.say(f"cvae: error: {self._in_words(message)}")
+        self.exit(2)
+
+    def _in_words(self, message: str) -> str:
+        """argparse's message in the project's form: ``FLAG: expected X, got Y``."""
+        message = re.sub(r"^argument ([^:]+): ", lambda m: f"{m[1].split('/')[0]}: ", message)
+        flag = message.split(":")[0]
+        if m := re.fullmatch(r"(\S+): not allowed with argument (\S+)", message):
+            return f"{m[1]}: expected at most one of {m[2]} and {m[1]}, got both"
+        if m := re.fullmatch(r"(.+): invalid choice: (.+) \(choose from (.+)\)", message):
+            return f"{m[1]}: expected one of {m[3].replace(chr(39), '')}, got {m[2]}"
+        if m := re.fullmatch(r"unrecognized arguments: (\S+).*", message):
+            given = m[1].split("=")[0]
+            close = difflib.get_close_matches(given, sorted(self._every_flag()), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"{given}: expected a flag of this command{hint}, got an unknown one"
+        return message.replace(
+            "expected one argument",
+            f"expected a value after it (one that starts with '-' is written {flag}=VALUE)",
+        )
+
+    def _every_flag(self) -> set[str]:
+        """The long flags of this parser and of its commands."""
+        flags = {o for a in self._actions for o in a.option_strings if o.startswith("--")}
+        for action in self._actions:
+            for sub in (getattr(action, "choices", None) or {}).values():
+                if isinstance(sub, argparse.ArgumentParser):
+                    flags |= {o for a in sub._actions for o in a.option_strings}
+        return {f for f in flags if f.startswith("--")}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cvae", description="One conditional VAE in several JAX frameworks, side by side."
     )
     parser.add_argument(

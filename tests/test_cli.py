@@ -417,6 +417,34 @@ def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_
     resources.check_launch(1000, oversubscribe=True)  # the flag to go beyond
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["train", "--decoder-dims", "-1,5"], "--decoder-dims: expected a value after it (one "
+         "that starts with '-' is written --decoder-dims=VALUE)"),
+        (["train", "--epoch", "3"], "--epoch: expected a flag of this command (did you mean "
+         "--epochs?), got an unknown one"),
+        (["train", "--compilation-cache", "x", "--no-compilation-cache"], "--no-compilation-cache: "
+         "expected at most one of --compilation-cache and --no-compilation-cache, got both"),
+        (["compare", "--impls", ""], "--impls: expected implementations separated by commas "
+         "(leave the flag out for all of them), got ''"),
+        (["frobnicate"], "COMMAND: expected one of impls, train, compare, evaluate, launch, "
+         "convert, sample, reconstruct, export, bench, got 'frobnicate'"),
+        (["train", "--epochs", "0"], "--epochs (train.epochs): expected an integer >= 1, got 0 "
+         "(an integer)"),
+    ],
+)  # fmt: skip
+def test_argparse_s_refusals_are_one_line_in_the_project_s_words(tmp_path, capsys, argv, line):
+    """No usage block, no abbreviation taken for a flag, the flag as typed, status 2."""
+    try:
+        status = main([*argv, "--out", str(tmp_path / "run")])
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2 and err == f"cvae: error: {line}\n", err
+    assert not (tmp_path / "run").exists()
+
+
 def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):
     out = tmp_path / "run"
     code = main(
