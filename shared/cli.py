@@ -875,7 +875,11 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"output directory [runs/{name if name == 'compare' else 'IMPL'}-TIME]",
         )
         p.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument(
+            "--no-progress",
+            action="store_true",
+            help="no progress bar, and no line per epoch (the summary at the end stays)",
+        )
         _add_iw_samples(p)
         if name == "compare":
             p.set_defaults(iw_samples=None)  # given or not: --resume refuses it
@@ -1041,7 +1045,7 @@ def _given_values(args: argparse.Namespace, given: set[str]):
 
 
 def _add_out_file(parser: argparse.ArgumentParser, text: str) -> None:
-    parser.add_argument("--out", default=None, metavar="FILE", help=text)
+    parser.add_argument("--out", default=None, metavar="FILE", help=f"{text} (required)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parser.set_defaults(out_kind="a file")
 
@@ -1162,7 +1166,7 @@ def _add_model_commands(sub: Any) -> None:
     text = "export a trained run's generator, encoder and decoder with jax.export (StableHLO)"
     p = sub.add_parser("export", help=text, description=text)
     _add_run(p)
-    p.add_argument("--out", default=None, metavar="DIR", help="the directory to write")
+    p.add_argument("--out", default=None, metavar="DIR", help="the directory to write (required)")
     p.add_argument("--overwrite", action="store_true", help="replace a previous export in --out")
     p.add_argument(
         "--platforms", default=None, help="comma-separated: cpu, cuda, rocm, tpu [this machine's]"

@@ -174,6 +174,9 @@ def test_bad_python_and_json_files_are_one_line(tmp_path, capsys):
     crash = tmp_path / "crash.py"
     crash.write_text("def get_config():\n    return 1 / 0\n")
     assert "ZeroDivisionError" in refused(capsys, "train", "--config", str(crash))
+    leaves = tmp_path / "leaves.py"  # sys.exit() in a config ends nothing but its loading
+    leaves.write_text("import sys\n\ndef get_config():\n    sys.exit(3)\n")
+    assert "got sys.exit(3)" in refused(capsys, "train", "--config", str(leaves))
     nothing = tmp_path / "nothing.py"
     nothing.write_text("x = 1\n")
     assert "got no get_config" in refused(capsys, "train", "--config", str(nothing))

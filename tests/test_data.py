@@ -331,9 +331,14 @@ def test_npz_bad_contents(tmp_path):
     with pytest.raises(DataError, match="missing y_train, x_test, y_test"):
         data.load_mnist(tmp_path)
     path.write_bytes(b"definitely not a zip archive")
-    with pytest.raises(DataError, match="readable NPZ file") as info:
+    with pytest.raises(DataError, match="readable NPZ file, got a damaged file") as info:
         data.load_mnist(tmp_path)
     assert str(path) in str(info.value)
+    objects = np.empty(20, dtype=object)  # pickled: said so, never NumPy's advice to unpickle
+    np.savez(path, x_train=objects, y_train=objects, x_test=objects, y_test=objects)
+    with pytest.raises(DataError, match=r"arrays of Python objects \(pickled\)") as info:
+        data.load_mnist(tmp_path)
+    assert "allow_pickle" not in str(info.value)
 
 
 # ----------------------------------------------------------------------------------- missing

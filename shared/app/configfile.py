@@ -84,6 +84,11 @@ def _python_config(path: Path) -> Any:
         data = get_config()
     except ConfigError:
         raise
+    except SystemExit as err:  # sys.exit() in the user's code ends nothing but the loading
+        raise ConfigError(
+            f"config_file: expected {path} to run and its get_config() to return the config's "
+            f"sections, got sys.exit({err.code!r})"
+        ) from err
     except Exception as err:  # the file is the user's code: any error is named, in one line
         raise ConfigError(
             f"config_file: expected {path} to run and its get_config() to return the config's "

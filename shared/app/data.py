@@ -418,13 +418,21 @@ def _idx_split(
     return Split(x, labels.astype(np.int32)), rows, cols
 
 
+def _npz_problem(err: BaseException) -> str:
+    """What is wrong with an NPZ file, in the user's terms: NumPy's own message about pickles
+    advises loading them unsafely, which this project never does."""
+    if "Object arrays" in str(err):
+        return "arrays of Python objects (pickled), which are never loaded: save plain arrays"
+    if "allow_pickle" in str(err):  # neither a zip archive nor an array: NumPy guesses a pickle
+        return "a damaged file, or another format (not a zip archive of arrays)"
+    return f"a damaged file ({type(err).__name__}: {err})"
+
+
 def _npz_splits(path: Path) -> tuple[tuple[Split, int, int], tuple[Split, int, int]]:
     try:
         npz = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-        raise DataError(
-            f"{path}: expected a readable NPZ file, got {type(err).__name__}: {err}"
-        ) from err
+        raise DataError(f"{path}: expected a readable NPZ file, got {_npz_problem(err)}") from err
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise DataError(f"{path}: expected an NPZ archive of named arrays, got a single array")
     with npz:
@@ -437,9 +445,7 @@ def _npz_splits(path: Path) -> tuple[tuple[Split, int, int], tuple[Split, int, i
         try:
             arrays = {k: npz[k] for k in NPZ_KEYS}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-            raise DataError(
-                f"{path}: expected readable arrays, got {type(err).__name__}: {err}"
-            ) from err
+            raise DataError(f"{path}: expected readable arrays, got {_npz_problem(err)}") from err
     train = _npz_split(path, "train", arrays["x_train"], arrays["y_train"])
     test = _npz_split(path, "test", arrays["x_test"], arrays["y_test"])
     return train, test
