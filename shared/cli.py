@@ -334,7 +334,13 @@ def _check_data_dir(resolved: Resolved) -> None:
             f"{' and '.join(READS_DATA_DIR)} read one), got {data.data_dir!r}"
         )
     if not Path(data.data_dir).expanduser().is_dir():
-        raise field_error(DataError, "data.data_dir", "an existing directory", data.data_dir)
+        raise field_error(
+            DataError,
+            "data.data_dir",
+            "an existing directory holding the data set's files, which nothing downloads (the "
+            "IDX files or the .npz from the data set's own site, or keras.datasets' cache)",
+            data.data_dir,
+        )
 
 
 IMPL_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
