@@ -181,18 +181,14 @@ _NAMED_INSIDE = re.compile(rf"(?<![\w./-])(?:{'|'.join(map(re.escape, _INSIDE))}
 
 
 def in_flags(message: str) -> str:
-    """An error of the application in the terms of this CLI. The one config field a message is
-    about becomes the flag the user typed, the field in brackets for a config file's reader
-    (``--epochs (train.epochs): expected ...``); several fields together stay as config.json
-    names them; an option the message starts with becomes its flag (``--checkpoint-every:
-    ...``); inside, config fields and options become flags (``lower --learning-rate``). A name
-    without a flag passes unchanged."""
+    """An error of the application in the terms of this CLI. Config fields that a part of it is
+    about (``model.latent_dim: expected ...``) stay as config.json names them; the name the
+    message starts with becomes its flag (``--checkpoint-every: ...``); inside, config fields and
+    options become flags (``lower --learning-rate``). A name without a flag passes unchanged."""
     *leads, last = message.split(": ")
     shown = [lead if _config_fields(lead) else _NAMED_INSIDE.sub(_flag_of, lead) for lead in leads]
-    from_file = "(set in " in last  # a config file's value: named as the file names it
-    if leads and leads[0] in FIELD_FLAGS and not (from_file and _config_fields(leads[0])):
-        flag = FIELD_FLAGS[leads[0]]
-        shown[0] = f"{flag} ({leads[0]})" if _config_fields(leads[0]) else flag
+    if leads and leads[0] in FIELD_FLAGS and not _config_fields(leads[0]):
+        shown[0] = FIELD_FLAGS[leads[0]]
     return ": ".join([*shown, _NAMED_INSIDE.sub(_flag_of, last)])
 
 

@@ -112,7 +112,7 @@ def test_every_bad_combination_is_one_line_naming_the_field(case):
         assert err.startswith("cvae: error: ") and err.count("\n") == 1, (argv, err)
         assert "Traceback" not in err
         named = err.removeprefix("cvae: error: ").split(":")[0]
-        assert any(field in named for field in fields), (argv, fields, err)
+        assert any(named.startswith(field) for field in fields), (argv, fields, err)
         assert not out.exists()
 
 
@@ -138,8 +138,6 @@ def test_every_valid_combination_trains(case):
 
 def test_a_seed_too_large_for_a_key_is_refused(tmp_path):
     code, err = run_cli(["train", *BASE, f"--seed={2**64}", "--out", str(tmp_path / "run")])
-    assert code == 2 and err.startswith(
-        "cvae: error: --seed (train.seed): expected an integer in [0, "
-    )
+    assert code == 2 and err.startswith("cvae: error: train.seed: expected an integer in [0, ")
     code, err = run_cli(["train", *BASE, f"--seed={2**63 - 1}", "--out", str(tmp_path / "ok")])
     assert code == 0, err

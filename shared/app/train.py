@@ -576,6 +576,9 @@ def describe(outcome: Outcome) -> str:
         if result.steps
         else "nothing left to train (no step taken)"
     )
+    train = config.train
+    if train.data_parallel != "none":  # how it ran is part of what it did
+        length += f", data-parallel ({train.data_parallel}) on {counted(train.devices, 'device')}"
     return "\n".join(
         [
             f"{outcome.impl} on {outcome.dataset}: {length}, {speed}, first compile "
