@@ -10,6 +10,7 @@ The runs are ``run_helpers``' tiny ones (synthetic data, 8 steps per epoch), fro
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -328,6 +329,10 @@ def test_one_epoch_is_singular_and_a_resume_with_nothing_left_says_so(tmp_path, 
         outcome = train_and_evaluate(config, out, quiet())
     text = described(outcome)
     assert ": 1 epoch, 8 steps, " in text and "1 epochs" not in text
+    assert "data-parallel" not in text  # how a run ran is said only where it was parallel
+    train = outcome.config.train.replace(data_parallel="sharded", devices=2)
+    parallel = dataclasses.replace(outcome, config=outcome.config.replace(train=train))
+    assert ": 1 epoch, 8 steps, data-parallel (sharded) on 2 devices, " in described(parallel)
     outcome.evaluation["iw_samples"] = 1  # what an evaluation with one sample records
     assert "; 1 posterior sample per example)" in described(outcome)
     with fast_outputs():
