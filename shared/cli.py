@@ -1265,7 +1265,12 @@ WRITE_FAILED = 74
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     with signals.sigterm_stops_at_once():  # where no run takes it to stop at a checkpoint
-        return _run(args)
+        try:
+            return _run(args)
+        except Exception:  # a stop raised inside an import can surface as that import's error
+            if not (signum := signals.pending()):
+                raise
+            return _stopped(args, signum, files.RUN_AGAIN)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -1299,16 +1304,21 @@ def _run(args: argparse.Namespace) -> int:
         return WRITE_FAILED if files.disk_error(err) else REFUSED
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Stopped) where nothing waits for it
         signum = getattr(err, "signum", signal.SIGINT)
-        files.silence_stderr()  # one line: no library's thread may print after it
         # a stop while JAX was being imported leaves it half imported: import nothing then
         train = sys.modules.get("cvae_rosetta.app.train")
         workdir = getattr(err, "workdir", None)
         after = train.going_on(workdir, _resume_command) if train else files.RUN_AGAIN
-        files.say(
-            f"cvae: {args.command} stopped by {signal.Signals(signum).name} before its end, "
-            f"nothing half-written; {after}"
-        )
-        return 128 + signum
+        return _stopped(args, signum, after)
+
+
+def _stopped(args: argparse.Namespace, signum: int, after: str) -> int:
+    """The one line of a command stopped by a signal, and its status."""
+    files.silence_stderr()  # one line: no library's thread may print after it
+    files.say(
+        f"cvae: {args.command} stopped by {signal.Signals(signum).name} before its end, "
+        f"nothing half-written; {after}"
+    )
+    return 128 + signum
 
 
 if __name__ == "__main__":

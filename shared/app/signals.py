@@ -97,6 +97,12 @@ class GracefulStop:
 _PENDING: list[int] = []
 
 
+def pending() -> int:
+    """The signal a stop was raised for during start-up (kept even where Python dropped the
+    exception), 0 if none."""
+    return _PENDING[0] if _PENDING else 0
+
+
 def _raise_stopped(signum: int, frame: Any) -> None:
     _PENDING.append(signum)
     raise Stopped(signum)
