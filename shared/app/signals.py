@@ -135,6 +135,7 @@ def sigterm_stops_at_once() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = hook
+        _PENDING.clear()  # this command's stop is told: a next one in this process starts clean
 
 
 @contextlib.contextmanager
