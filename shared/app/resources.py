@@ -5,10 +5,10 @@ CLI refuses a config that cannot fit (``--latent-dim 100000000``) in one line, a
 
 from __future__ import annotations
 
-import itertools
 import os
 from typing import Any
 
+from cvae_rosetta.spec.canonical import layer_sizes
 from cvae_rosetta.spec.errors import ConfigError
 
 # float32 copies of the parameters a step holds at once: the parameters, their gradient, Adam's two
@@ -51,15 +51,15 @@ def gigabytes(n: float) -> str:
 
 
 def _layers(model: Any) -> list[tuple[str, int, int]]:
-    """``(the flag that sizes it, fan_in, fan_out)`` of every dense layer."""
-    d, k, z = model.input_dim, model.num_classes, model.latent_dim
-    enc, dec = [d + k, *model.encoder_dims], [z + k, *model.decoder_dims, d]
+    """``(the flag that sizes it, fan_in, fan_out)`` of every dense layer (the decoder's first
+    takes the latent as input, so the latent size sizes it too)."""
+    sizes = layer_sizes(model)
+    first, *rest = sizes["decoder"]
     return [
-        *(("--encoder-dims", a, b) for a, b in itertools.pairwise(enc)),
-        ("--latent-dim", model.encoder_dims[-1], 2 * z),
-        *(("--decoder-dims" if i else "--latent-dim", a, b)
-          for i, (a, b) in enumerate(itertools.pairwise(dec))),
-    ]  # fmt: skip
+        *(("--encoder-dims", a, b) for a, b in sizes["encoder"]),
+        *(("--latent-dim", a, b) for a, b in (*sizes["latent"], first)),
+        *(("--decoder-dims", a, b) for a, b in rest),
+    ]
 
 
 def training_bytes(config: Any) -> tuple[int, str]:
