@@ -18,7 +18,7 @@ import functools
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -180,13 +180,19 @@ _INSIDE = sorted((name for name in FIELD_FLAGS if set(name) & set("._=")), key=l
 _NAMED_INSIDE = re.compile(rf"(?<![\w./-])(?:{'|'.join(map(re.escape, _INSIDE))})(?![\w/])")
 
 
-def in_flags(message: str) -> str:
-    """An error of the application in the terms of this CLI. Config fields that a part of it is
-    about (``model.latent_dim: expected ...``) stay as config.json names them; the name the
-    message starts with becomes its flag (``--checkpoint-every: ...``); inside, config fields and
-    options become flags (``lower --learning-rate``). A name without a flag passes unchanged."""
+def in_flags(message: str, typed: Mapping[str, str] | None = None) -> str:
+    """An error of the application in the terms of this CLI. A config field the message is about
+    is shown as the flag the user typed, the field in brackets (``--latent-dim (model.latent_dim):
+    expected ...``); one that came from a file or config.json stays as config.json names it. The
+    name the message starts with becomes its flag (``--checkpoint-every: ...``); inside, config
+    fields and options become flags (``lower --learning-rate``). ``typed`` maps each config field
+    set by a flag to that flag (``Resolved.typed``). A name without a flag passes unchanged."""
+    typed = typed or {}
     *leads, last = message.split(": ")
-    shown = [lead if _config_fields(lead) else _NAMED_INSIDE.sub(_flag_of, lead) for lead in leads]
+    shown = [
+        _as_typed(lead, typed) if _config_fields(lead) else _NAMED_INSIDE.sub(_flag_of, lead)
+        for lead in leads
+    ]
     if leads and leads[0] in FIELD_FLAGS and not _config_fields(leads[0]):
         shown[0] = FIELD_FLAGS[leads[0]]
     return ": ".join([*shown, _NAMED_INSIDE.sub(_flag_of, last)])
@@ -194,6 +200,16 @@ def in_flags(message: str) -> str:
 
 def _flag_of(match: re.Match[str]) -> str:
     return FIELD_FLAGS[match.group(0)]
+
+
+def _as_typed(fields: str, typed: Mapping[str, str]) -> str:
+    """``model.encoder_dims[1]`` as ``--encoder-dims (model.encoder_dims[1])`` where the user typed
+    ``--encoder-dims``; unchanged where the value came from a file."""
+    names = [name.strip() for name in fields.split(",")]
+    flags = [typed.get(name.split("[")[0]) for name in names]
+    if not all(flags):
+        return fields
+    return f"{', '.join(dict.fromkeys(flags))} ({fields})"  # type: ignore[arg-type]
 
 
 def _config_fields(text: str) -> bool:
@@ -280,6 +296,8 @@ def resolve_config(args: argparse.Namespace) -> Resolved:
                 overridden[key] = values[section][name]  # shown by --print-config
             values[section][name] = value
             sources[key] = flag
+    # the flags typed, for the refusals of this command (``in_flags``), however late they come
+    args.typed = {key: source for key, source in sources.items() if source in FLAGS}
     try:
         config = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS})
     except ConfigError as err:
@@ -324,10 +342,10 @@ def _check_data_dir(resolved: Resolved) -> None:
     if not data.data_dir.strip():  # '' would be the working directory
         raise field_error(ConfigError, "data.data_dir", "a directory", data.data_dir)
     if data.name not in READS_DATA_DIR:
-        shown = "--data-dir" if where == "--data-dir" else f"{where}: data.data_dir"
         raise ConfigError(
-            f"{shown}: expected no data directory with data.name {data.name} (only "
+            f"data.data_dir: expected no data directory with data.name {data.name} (only "
             f"{' and '.join(READS_DATA_DIR)} read one), got {data.data_dir!r}"
+            + ("" if where == "--data-dir" else f" (set in {where})")
         )
     if not Path(data.data_dir).expanduser().is_dir():
         raise field_error(
@@ -1280,7 +1298,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_jax_flags(args)
         return args.func(args)
     except CvaeError as err:  # files.say: on stderr even after a full disk silenced fd 2
-        files.say(f"cvae: error: {in_flags(str(err))}")
+        files.say(f"cvae: error: {in_flags(str(err), getattr(args, 'typed', None))}")
         return REFUSED
     except RuntimeError as err:  # JAX refusing --platform when it starts (no such device here)
         if (line := _platform_unavailable(err, args)) is None:

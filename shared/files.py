@@ -295,7 +295,8 @@ def silence_stderr() -> None:
 def on_terminal(stream: Any = None) -> bool:
     """Whether a progress bar belongs on ``stream`` (default: stderr as it is now): a terminal, or
     a notebook (where tqdm draws a widget). Anywhere else (a file, a pipe, a CI log) its
-    carriage-return frames would pile up, so the run prints plain lines there instead."""
+    carriage-return frames would pile up, so the run prints plain lines there instead; so does a
+    terminal that says it has no columns."""
     from tqdm.asyncio import tqdm as console
     from tqdm.auto import tqdm
 
@@ -303,8 +304,11 @@ def on_terminal(stream: Any = None) -> bool:
         return True
     stream = sys.stderr if stream is None else stream
     try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or closed
+        if not stream.isatty():
+            return False
+        # a pseudo-terminal of no columns (``script -qc``, some CI "tty" modes) draws no bar
+        return os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, ValueError, OSError):  # no isatty or fileno, closed, no size
         return False
 
 

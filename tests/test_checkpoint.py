@@ -408,9 +408,12 @@ def test_resume_refuses_a_damaged_latest_unless_told(killed, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--latent-dim", "3", "--beta", "2"], "model.latent_dim, loss.beta: expected the values"),
-        (["--batch-size", "32"], "data.batch_size: expected the values"),
-        (["--epochs", "0"], "train.epochs: expected an integer >= 1"),
+        (
+            ["--latent-dim", "3", "--beta", "2"],
+            "--latent-dim, --beta (model.latent_dim, loss.beta): expected the values",
+        ),
+        (["--batch-size", "32"], "--batch-size (data.batch_size): expected the values"),
+        (["--epochs", "0"], "--epochs (train.epochs): expected an integer >= 1"),
         (["--out", "elsewhere"], "--out: expected none with --resume"),
         (["--checkpoint-every", "-1"], "--checkpoint-every: expected an integer >= 0"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints: expected an integer >= 1"),
@@ -428,7 +431,7 @@ def test_resume_refuses_fewer_epochs_than_done(reference, capsys):
     before = snapshot(reference)
     assert train("--resume", str(reference), "--no-progress", "--epochs", "3") == 2
     err = error_line(capsys)
-    assert "train.epochs: expected at least 4 (the checkpoint at step 32" in err, err
+    assert "--epochs (train.epochs): expected at least 4 (the checkpoint at step 32" in err, err
     assert snapshot(reference) == before
 
 

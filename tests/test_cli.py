@@ -220,18 +220,18 @@ def bad_inputs(tmp_path):
         "NaN pixels": (["--data", "mnist", "--data-dir", str(nan_pixels)], "expected finite"),
         "batch too large": (
             ["--batch-size", "5000"],
-            "data.batch_size: expected at most 1437",
+            "--batch-size (data.batch_size): expected at most 1437",
         ),
         "bad number": (
             ["--latent-dim", "abc"],
-            "model.latent_dim: expected an integer >= 1",
+            "--latent-dim (model.latent_dim): expected an integer >= 1",
         ),
-        "bad loss": (["--loss", "l2"], "loss.kind: expected one of bernoulli, mse"),
+        "bad loss": (["--loss", "l2"], "--loss (loss.kind): expected one of bernoulli, mse"),
         "negative lr": (
             ["--learning-rate", "-1"],
-            "optim.learning_rate: expected a finite",
+            "--learning-rate (optim.learning_rate): expected a finite",
         ),
-        "input dim clash": (["--input-dim", "784"], "model.input_dim: expected 64"),
+        "input dim clash": (["--input-dim", "784"], "--input-dim (model.input_dim): expected 64"),
         "bad dims": (["--encoder-dims", "16,x"], "model.encoder_dims[1]"),
         "out under a file": (["--out", str(tmp_path / "a_file" / "run")], "is a file"),
     }
@@ -391,9 +391,15 @@ def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_
     from cvae_rosetta.app import resources
 
     cases = [
-        (["train", "--latent-dim", "100000000"], "--latent-dim: expected a model that fits"),
+        (
+            ["train", "--latent-dim", "100000000"],
+            "--latent-dim (model.latent_dim): expected a run that fits",
+        ),
         (["launch", "--num-processes", "1000", "--", "train"], "--num-processes: expected at most"),
-        (["train", "--epochs", "99999999999999999999999"], "--epochs: expected at most"),
+        (
+            ["train", "--epochs", "99999999999999999999999"],
+            "--epochs (train.epochs): expected at most",
+        ),
     ]
     for args, message in cases:
         out = tmp_path / "run"
@@ -428,7 +434,14 @@ def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_
          "(leave the flag out for all of them), got ''"),
         (["frobnicate"], "COMMAND: expected one of impls, train, compare, evaluate, launch, "
          "convert, sample, reconstruct, export, bench, got 'frobnicate'"),
-        (["train", "--epochs", "0"], "train.epochs: expected an integer >= 1, got 0 (an integer)"),
+        (["train", "--epochs", "0"], "--epochs (train.epochs): expected an integer >= 1, got 0 "
+         "(an integer)"),
+        (["train", "--devices", "2"], "--devices (train.devices): expected 1 with --data-parallel "
+         "'none' (choose pmap, sharded or shard_map to use more devices), got 2"),
+        (["train", "--data-parallel", "pmap", "--devices", "2", "--batch-size", "63"],
+         "--batch-size (data.batch_size): expected a multiple of --devices (2: every device takes "
+         "the same number of rows), got 63"),
+        (["train", "--max-steps", "0"], "--max-steps: expected an integer >= 1, got 0"),
     ],
 )  # fmt: skip
 def test_argparse_s_refusals_are_one_line_in_the_project_s_words(tmp_path, capsys, argv, line):
@@ -442,6 +455,19 @@ def test_argparse_s_refusals_are_one_line_in_the_project_s_words(tmp_path, capsy
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("flag", sorted(FLAGS))
+def test_every_config_flag_s_refusal_names_the_flag_as_typed(tmp_path, capsys, flag):
+    """A value of the wrong kind for any config flag: one line naming the flag as typed, the
+    config field it sets in brackets, the value's kind in words, status 2, nothing written."""
+    section, field, _, _ = FLAGS[flag]
+    status = main(["train", f"{flag}=zz", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"cvae: error: {flag} ({section}.{field}"), err
+    assert "(int)" not in err and "(str)" not in err and "usage:" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):
     out = tmp_path / "run"
     code = main(
@@ -449,5 +475,6 @@ def test_launch_shows_a_refusal_every_process_makes_once(tmp_path, capfd):
     )
     assert code == 2
     err = capfd.readouterr().err
-    assert err.count("cvae: error: train.epochs: expected an integer >= 1, got 0") == 1, err
+    line = "cvae: error: --epochs (train.epochs): expected an integer >= 1, got 0"
+    assert err.count(line) == 1, err
     assert not out.exists()

@@ -295,7 +295,7 @@ def test_an_empty_width_is_refused(tmp_path, capsys, flag, value):
     out = tmp_path / "out"
     line = refused(capsys, "train", flag, value, "--out", str(out))
     field = "model." + flag.removeprefix("--").replace("-", "_")
-    assert f"{field}: expected a sequence of integers >= 1, got {value!r}" in line
+    assert f"{flag} ({field}): expected a sequence of integers >= 1, got {value!r}" in line
     assert not out.exists()
 
 
@@ -326,18 +326,21 @@ def test_a_data_dir_for_a_data_set_that_reads_none_is_refused(tmp_path, capsys, 
     out = tmp_path / "out"
     line = refused(capsys, "train", "--data", data, "--data-dir", str(tmp_path), "--out", str(out))
     assert line == (
-        f"cvae: error: --data-dir: expected no data directory with --data {data} (only mnist and "
-        f"fashion_mnist read one), got {str(tmp_path)!r}"
+        f"cvae: error: --data-dir (data.data_dir): expected no data directory with --data {data} "
+        f"(only mnist and fashion_mnist read one), got {str(tmp_path)!r}"
     )
     cfg = toml_file(tmp_path / "cfg.toml", f'[data]\ndata_dir = "{tmp_path}"\n')
     line = refused(capsys, "compare", "--config", str(cfg), "--out", str(out))
-    assert f"{cfg}: data.data_dir: expected no data directory with --data digits" in line
+    assert line == (
+        "cvae: error: data.data_dir: expected no data directory with --data digits (only mnist "
+        f"and fashion_mnist read one), got {str(tmp_path)!r} (set in {cfg})"
+    )
     assert not out.exists()
 
 
 def test_a_missing_data_dir_is_refused_before_jax(tmp_path, capsys):
     line = refused(capsys, "train", "--data", "mnist", "--data-dir", str(tmp_path / "none"))
-    assert "data.data_dir: expected an existing directory" in line
+    assert "--data-dir (data.data_dir): expected an existing directory" in line
 
 
 @pytest.mark.parametrize(

@@ -224,17 +224,61 @@ def test_log_every_prints_a_line_every_n_steps(tmp_path, capsys):
 # --- quiet off a terminal -------------------------------------------------------------------------
 
 
-def test_a_terminal_is_told_from_a_file_and_a_pipe(tmp_path):
+def pseudo_terminal(columns: int) -> tuple[int, int]:
+    """``(parent, child)`` of a new pseudo-terminal ``columns`` wide (Linux makes one 0 wide)."""
+    import fcntl
+    import struct
+    import termios
+
     parent, child = os.openpty()
-    try:
-        with open(child, "w", closefd=False) as tty:
-            assert trainer.on_terminal(tty)
-    finally:
-        os.close(parent)
-        os.close(child)
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    return parent, child
+
+
+def test_a_terminal_is_told_from_a_file_and_a_pipe(tmp_path):
+    for columns, drawn in ((80, True), (0, False)):  # no columns: as good as no terminal
+        parent, child = pseudo_terminal(columns)
+        try:
+            with open(child, "w", closefd=False) as tty:
+                assert trainer.on_terminal(tty) is drawn, columns
+        finally:
+            os.close(parent)
+            os.close(child)
     with open(tmp_path / "err.txt", "w") as file:
         assert not trainer.on_terminal(file)
     assert not trainer.on_terminal(io.StringIO())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pseudo-terminal sizes as Linux sets them")
+def test_a_terminal_of_no_columns_gets_the_lines_of_a_log(tmp_path):
+    """``script -qc`` and some CI "tty" modes give a terminal 0 columns wide: the run prints its
+    per-epoch lines there, not a bar of no width that shows nothing until the summary."""
+    parent, child = pseudo_terminal(0)
+    out = tmp_path / "run"
+    argv = ["train", "--data", "synthetic", "--epochs", "2", "--latent-dim", "2"]
+    argv += ["--encoder-dims", "8", "--decoder-dims", "8", "--out", str(out)]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cvae_rosetta.cli", *argv],
+            stdout=subprocess.DEVNULL, stderr=child, timeout=300,
+        )  # fmt: skip
+        os.close(child)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(parent, 65536)
+            except OSError:  # the child side is closed and read to its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(parent)
+    err = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert done.returncode == 0, err
+    assert "\r" not in err, err  # no bar's frames
+    assert re.search(r"^pure_jax: epoch 1/2, ", err, re.M), err
+    assert re.search(r"^pure_jax: epoch 2/2, ", err, re.M), err
 
 
 def test_off_a_terminal_a_run_prints_a_line_per_epoch_and_no_bar(tmp_path, capsys, monkeypatch):

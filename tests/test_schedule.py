@@ -268,12 +268,22 @@ def test_a_scheduled_run_logs_its_rate_and_records_its_length(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--schedule", "step"], "optim.schedule: expected one of constant, cosine, warmup_cosine"),
-        (["--warmup-steps", "10"], "optim.warmup_steps: expected 0 with --schedule constant"),
-        (["--schedule", "warmup_cosine", "--warmup-steps", "x"], "optim.warmup_steps: expected"),
+        (
+            ["--schedule", "step"],
+            "--schedule (optim.schedule): expected one of constant, cosine, warmup_cosine",
+        ),
+        (
+            ["--warmup-steps", "10"],
+            "--warmup-steps (optim.warmup_steps): expected 0 with --schedule constant",
+        ),
+        (
+            ["--schedule", "warmup_cosine", "--warmup-steps", "x"],
+            "--warmup-steps (optim.warmup_steps): expected",
+        ),
         (
             ["--schedule", "warmup_cosine", "--warmup-steps", "40"],
-            f"optim.warmup_steps: expected fewer than the {TOTAL} steps of the whole schedule",
+            f"--warmup-steps (optim.warmup_steps): expected fewer than the {TOTAL} steps of the "
+            "whole schedule",
         ),
     ],
 )

@@ -96,6 +96,16 @@ def test_in_flags_maps_fields_inside_and_keeps_leading_config_fields():
     assert cli.in_flags("optim.learning_rate: expected a finite number > 0, got -1.0") == (
         "optim.learning_rate: expected a finite number > 0, got -1.0"
     )
+    typed = {"optim.learning_rate": "--learning-rate", "model.encoder_dims": "--encoder-dims"}
+    assert cli.in_flags("optim.learning_rate: expected a finite number > 0, got -1.0", typed) == (
+        "--learning-rate (optim.learning_rate): expected a finite number > 0, got -1.0"
+    )
+    assert cli.in_flags("model.encoder_dims[1]: expected an integer >= 1, got 0", typed) == (
+        "--encoder-dims (model.encoder_dims[1]): expected an integer >= 1, got 0"
+    )
+    # one of the fields not typed (its value from a file): config.json's names for all of them
+    both = "model.encoder_dims, loss.beta: expected the values of the run"
+    assert cli.in_flags(both, typed) == both
     assert cli.in_flags("pure_jax: the loss is nan at step 3; lower optim.learning_rate") == (
         "pure_jax: the loss is nan at step 3; lower --learning-rate"
     )

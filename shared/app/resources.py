@@ -51,28 +51,29 @@ def gigabytes(n: float) -> str:
 
 
 def _layers(model: Any) -> list[tuple[str, int, int]]:
-    """``(the flag that sizes it, fan_in, fan_out)`` of every dense layer (the decoder's first
+    """``(the config field that sizes it, fan_in, fan_out)`` of every dense layer (the decoder's
     takes the latent as input, so the latent size sizes it too)."""
     sizes = layer_sizes(model)
     first, *rest = sizes["decoder"]
     return [
-        *(("--encoder-dims", a, b) for a, b in sizes["encoder"]),
-        *(("--latent-dim", a, b) for a, b in (*sizes["latent"], first)),
-        *(("--decoder-dims", a, b) for a, b in rest),
+        *(("model.encoder_dims", a, b) for a, b in sizes["encoder"]),
+        *(("model.latent_dim", a, b) for a, b in (*sizes["latent"], first)),
+        *(("model.decoder_dims", a, b) for a, b in rest),
     ]
 
 
 def training_bytes(config: Any) -> tuple[int, str]:
     """The memory a step of ``config`` holds at its peak, estimated from the model's sizes and
     the batch (the parameters and optimiser state on every device, the activations of the
-    batch), and the flag whose value makes most of it."""
+    batch), and the config field whose value makes most of it (the CLI shows it as the flag
+    that set it)."""
     layers = _layers(config.model)
     params = sum((a + 1) * b for _, a, b in layers)
     state = 4 * STATE_COPIES * params * config.train.devices
     widths = sum(b for _, _, b in layers) + layers[0][1]
     activations = 4 * ACTIVATION_COPIES * config.data.batch_size * widths
     if activations > state:
-        return state + activations, "--batch-size"
+        return state + activations, "data.batch_size"
     largest = max(layers, key=lambda layer: (layer[1] + 1) * layer[2])
     return state + activations, largest[0]
 
@@ -80,11 +81,11 @@ def training_bytes(config: Any) -> tuple[int, str]:
 def check_fits(config: Any) -> None:
     """Refuse, before anything is allocated, a config whose training cannot fit the memory this
     machine has available."""
-    need, flag = training_bytes(config)
+    need, field = training_bytes(config)
     have = available_memory()
     if have is not None and need > have:
         raise ConfigError(
-            f"{flag}: expected a model that fits this machine's {gigabytes(have)} of available "
+            f"{field}: expected a run that fits this machine's {gigabytes(have)} of available "
             f"memory, got one that needs about {gigabytes(need)} to train (its parameters, "
             f"gradient and Adam's moments, and the batch's activations)"
         )
@@ -94,8 +95,8 @@ def check_steps(epochs: int, steps_per_epoch: int) -> None:
     """Refuse a run whose last step the 32-bit step counter cannot count."""
     if epochs * steps_per_epoch > STEP_LIMIT:
         raise ConfigError(
-            f"--epochs: expected at most {STEP_LIMIT // steps_per_epoch:,} (the step counter is "
-            f"a 32-bit integer: {STEP_LIMIT:,} steps of which an epoch here is "
+            f"train.epochs: expected at most {STEP_LIMIT // steps_per_epoch:,} (the step counter "
+            f"is a 32-bit integer: {STEP_LIMIT:,} steps of which an epoch here is "
             f"{steps_per_epoch:,}), got {epochs:,}"
         )
 

@@ -250,8 +250,8 @@ class TrainConfig(_Section):
         _set(self, "devices", _int("train", "devices", self.devices))
         if self.data_parallel == "none" and self.devices != 1:
             raise ConfigError(
-                f"train.devices: expected 1 with data_parallel 'none' (choose pmap, sharded or "
-                f"shard_map to use more devices), got {self.devices}"
+                "train.devices: expected 1 with train.data_parallel 'none' (choose pmap, sharded "
+                f"or shard_map to use more devices), got {self.devices}"
             )
 
 
