@@ -628,7 +628,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         going_on = distributed.resume_command(cluster)
         print(f"cvae: {train.describe_stop(outcome, going_on)}", file=sys.stderr)
         return train.exit_status(outcome)
-    print(train.describe(outcome))
+    described = train.describe(outcome)
+    print(in_flags(described) if outcome.result is None else described)  # a finished run's line
     return 0
 
 

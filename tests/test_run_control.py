@@ -28,6 +28,7 @@ from run_helpers import (
     assert_same_run,
     fast_outputs,
     records,
+    snapshot,
 )
 from run_helpers import train as cvae_train
 
@@ -526,3 +527,56 @@ def test_an_init_that_cannot_be_traced_still_starts_a_run():
     assert calls == [int(jax.random.key_data(key)[-1])]  # the traced call failed before this
     eager, fresh = impl.to_canonical(impl.init(key, Config())), impl.to_canonical(state)
     assert jax.tree.all(jax.tree.map(np.array_equal, eager, fresh))
+
+
+# --- a finished run ---------------------------------------------------------------------------------
+
+
+def stamps(directory: Path) -> dict[str, int]:
+    """Every file's modification time, but the lock file's."""
+    return {
+        str(p.relative_to(directory)): p.stat().st_mtime_ns
+        for p in directory.rglob("*")
+        if p.is_file() and p.name != rundir.LOCK_FILE
+    }
+
+
+def test_resuming_a_finished_run_says_so_and_rewrites_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--out", str(out)]) == 0
+    before, when = snapshot(out), stamps(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert said.out == (
+        f"pure_jax: {out} is finished: 4 epochs, {TOTAL} steps, every output written after its "
+        "last step; nothing to train, nothing rewritten (--epochs above 4 extends it)\n"
+    ), said
+    assert snapshot(out) == before and stamps(out) == when  # not a byte, not a time
+
+    # outputs a stop cut short (the evaluation older than the summary, a picture missing): the
+    # resume writes them again, and trains nothing
+    os.utime(out / rundir.EVALUATION_FILE, ns=(1, 1))
+    (out / rundir.GENERATED_FILE).unlink()
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert "nothing left to train in 4 epochs" in said and "is finished" not in said
+    assert (out / rundir.GENERATED_FILE).is_file()
+    assert stamps(out)[rundir.EVALUATION_FILE] > when[rundir.SUMMARY_FILE]
+    assert [r for r in records(out) if r["event"] == "step"][-1]["step"] == TOTAL
+
+    # more epochs: not finished
+    assert main(["train", "--resume", str(out), "--no-progress", "--epochs", "5"]) == 0
+    assert "is finished" not in capsys.readouterr().out
+    assert checkpoint.latest_of_run(out).step == TOTAL + TOTAL // 4
+
+
+def test_a_finished_run_ended_by_max_steps_says_how_it_goes_on(tmp_path):
+    summary = {"impl": "haiku", "step": 13, "epoch": 2, "partial": True}
+    outcome = train.Outcome(tmp_path, "haiku", "synthetic", CONFIG, None, summary)
+    assert train.describe(outcome) == (
+        f"haiku: {tmp_path} is finished: ended by max_steps at step 13, in epoch 2 of "
+        f"{CONFIG.train.epochs}, every output written after its last step; nothing to train, "
+        "nothing rewritten (a larger max_steps goes on)"
+    )
+    assert train.exit_status(outcome) == 0

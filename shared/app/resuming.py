@@ -134,6 +134,32 @@ class Resume:
         refuse_config_changes(self.config, self.loaded.config, what=where)
         return self.loaded
 
+    def finished(self, config: Config, max_steps: int | None) -> dict[str, Any] | None:
+        """The run's ``summary.json`` where nothing is left to do: its newest checkpoint is where
+        ``config`` (and ``max_steps``) end it, and every output was written after that step (the
+        summary of that step, an evaluation no older than the summary). None where steps are left,
+        or outputs a stop cut short, which the resume then writes. Reads no checkpoint."""
+        from cvae_rosetta.app import rundir  # JAX: by the time a resume asks, it has started
+
+        directory = self.directory
+        if not all((directory / name).is_file() for name in rundir.OUTPUT_FILES):
+            return None
+        try:
+            summary = json.loads((directory / rundir.SUMMARY_FILE).read_text())
+            step, epoch = summary["step"], summary["epoch"]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # a summary this run did not write: the resume writes its own
+        steps = Checkpoints(checkpoints_of(directory)).steps()
+        if not steps or steps[-1] != step:
+            return None
+        evaluated = (directory / rundir.EVALUATION_FILE).stat().st_mtime_ns
+        if evaluated < (directory / rundir.SUMMARY_FILE).stat().st_mtime_ns:
+            return None  # the evaluation of an earlier end: this one's was cut short
+        ended = epoch >= config.train.epochs and not summary.get("partial")
+        if not ended and (max_steps is None or step < max_steps):
+            return None
+        return summary
+
     @property
     def checkpoint(self) -> Checkpoint:
         return self.loaded if self.loaded is not None else self.load()

@@ -56,6 +56,7 @@ RUN_FILES = (
     PARAMS_FILE,
 )
 EVALUATION_FILES = (EVALUATION_FILE, GENERATED_FILE, LATENT_FILE)
+OUTPUT_FILES = (*RUN_FILES, *EVALUATION_FILES)  # a finished run's, each written after its last step
 LOCK_FILE = "run.lock"  # flocked by the one process writing the directory; names it (RunLock)
 RUN_MARKER = CONFIG_FILE
 # What else a run (cvae train, --resume, evaluate) or a cvae compare writes into its directory:

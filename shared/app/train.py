@@ -124,7 +124,7 @@ class Outcome:
     impl: str
     dataset: str
     config: Config
-    result: TrainResult
+    result: TrainResult | None  # None: a resume of a finished run, which did nothing
     summary: dict[str, Any] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
@@ -298,13 +298,26 @@ def resume(
         options = dataclasses.replace(options, impl=options.impl or opened.run["impl"])
         options.check(config)
         options = _kept_max_steps(opened, options)
+        if join is not None and (done := _finished(opened, config, options)) is not None:
+            return done  # every process alike, before any joins the others
         impl = frameworks.load(options.impl)
         cluster = None if join is None else join.resuming(opened.run, config, opened.directory)
         if cluster is not None and cluster.process_id:  # only process 0 locks and writes
             return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
         lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
         with lock, _in(opened.directory):
+            if cluster is None and (done := _finished(opened, config, options)) is not None:
+                return done  # under the lock: no other process is extending it
             return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
+
+
+def _finished(opened: resuming.Resume, config: Config, options: Options) -> Outcome | None:
+    """The outcome of resuming a run that is finished, every output written: nothing to train
+    and nothing to rewrite (no ``result``); None where the resume has something to do."""
+    summary = opened.finished(config, options.max_steps)
+    if summary is None:
+        return None
+    return Outcome(opened.directory, opened.run["impl"], config.data.name, config, None, summary)
 
 
 def _kept_max_steps(opened: resuming.Resume, options: Options) -> Options:
@@ -562,6 +575,8 @@ def _write_outputs(
 
 def describe(outcome: Outcome) -> str:
     """The lines ``cvae train`` prints at the end of a finished run."""
+    if outcome.result is None:
+        return describe_finished(outcome)
     final, result, config = outcome.summary, outcome.result, outcome.config
     unit = " in nats" if config.loss.kind == "bernoulli" else ""
     k = outcome.evaluation.get("iw_samples", evaluate.DEFAULT_IW_SAMPLES)
@@ -594,6 +609,23 @@ def describe(outcome: Outcome) -> str:
             evaluate.describe(outcome.evaluation),
             f"  wrote {outcome.workdir}/: {' '.join(outcome.written)}",
         ]
+    )
+
+
+def describe_finished(outcome: Outcome) -> str:
+    """What a resume of a finished run says: that it is finished, how to extend it, and that it
+    wrote nothing."""
+    final, config = outcome.summary, outcome.config
+    epochs, step = config.train.epochs, final["step"]
+    if final["epoch"] < epochs or final.get("partial"):
+        length = f"ended by max_steps at step {step}, in epoch {final['epoch']} of {epochs}"
+        extend = "a larger max_steps goes on"
+    else:
+        length = f"{counted(epochs, 'epoch')}, {counted(step, 'step')}"
+        extend = f"train.epochs above {epochs} extends it"
+    return (
+        f"{outcome.impl}: {outcome.workdir} is finished: {length}, every output written after its "
+        f"last step; nothing to train, nothing rewritten ({extend})"
     )
 
 
