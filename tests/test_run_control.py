@@ -529,7 +529,7 @@ def test_an_init_that_cannot_be_traced_still_starts_a_run():
     assert jax.tree.all(jax.tree.map(np.array_equal, eager, fresh))
 
 
-# --- a finished run ---------------------------------------------------------------------------------
+# --- a finished run -------------------------------------------------------------------------------
 
 
 def stamps(directory: Path) -> dict[str, int]:
