@@ -429,7 +429,15 @@ def _add_jax_flags(parser: argparse.ArgumentParser, *, cache_default: bool = Tru
 
 def _start_jax(args: argparse.Namespace, *, cache_default: bool = True) -> None:
     """The platform and the compilation cache, once every argument is checked and before the
-    command's first compilation (this imports JAX)."""
+    command's first compilation (this imports JAX and the application's modules). A SIGINT or
+    SIGTERM meanwhile ends the process at once in one line: nothing is written yet, and a stop
+    raised inside a native import could not end as cleanly."""
+    with signals.ends_at_once("starting", after="nothing written; run the same command"):
+        _start_jax_now(args, cache_default=cache_default)
+        import cvae_rosetta.app.train  # noqa: F401  (JAX, Optax, the run's modules)
+
+
+def _start_jax_now(args: argparse.Namespace, *, cache_default: bool) -> None:
     import os
 
     platform = getattr(args, "platform", None)

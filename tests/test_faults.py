@@ -143,8 +143,8 @@ SIGNALS = {signal.SIGTERM: 143, signal.SIGINT: 130}
 FIRST_STEP = "pure_jax stopped by {sig} at step 0 (before epoch 1), checkpoint written; go on with:"
 FINAL = f"pure_jax stopped by {{sig}} at the last step, {TOTAL}, before its final outputs were all "
 LINES = {  # what the one line says, after "cvae: " ({out}: the run's directory)
-    "start-up, before JAX": "train stopped by {sig} before its end, nothing half-written; run the "
-    "same command, adding --overwrite if its output directory is then refused as not empty",
+    "start-up, before JAX": "stopped by {sig} while starting, nothing written; run the same "
+    "command",
     "start-up": FIRST_STEP + " cvae train --resume {out}",
     "the first compile": FIRST_STEP + " cvae train --resume {out}",
     "an epoch": "pure_jax stopped by {sig} at step ",

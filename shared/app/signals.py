@@ -139,13 +139,14 @@ def sigterm_stops_at_once() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def ends_at_once(what: str) -> Iterator[None]:
+def ends_at_once(what: str, after: str = "before the first step") -> Iterator[None]:
     """Inside the block, a call into native code that may block for minutes (joining the other
-    processes of a distributed run), SIGINT or SIGTERM ends the process at once: one line, status
-    128 + the signal. Python runs its signal handlers only between the main thread's bytecodes,
-    which such a call does not reach; the signal's wakeup byte (``signal.set_wakeup_fd``) wakes a
-    thread that ends the process instead. Nothing of the run is written before its first step,
-    so there is nothing to finish."""
+    processes of a distributed run) or imports that a stop must not cut in half (JAX's, whose
+    native parts print what they cannot raise), SIGINT or SIGTERM ends the process at once: one
+    line (``stopped by SIGTERM while WHAT, AFTER``), status 128 + the signal. Python runs its
+    signal handlers only between the main thread's bytecodes, which such a call does not reach;
+    the signal's wakeup byte (``signal.set_wakeup_fd``) wakes a thread that ends the process
+    instead. The block writes nothing, so there is nothing to finish."""
     if _PENDING:  # a stop raised where Python had to drop it: stop before blocking
         raise Stopped(_PENDING[0])
     if threading.current_thread() is not threading.main_thread():
@@ -162,7 +163,7 @@ def ends_at_once(what: str) -> Iterator[None]:
             if data[0] in stopping:
                 name = signal.Signals(data[0]).name
                 files.silence_stderr()  # one line: no library's thread may print after it
-                files.say(f"cvae: stopped by {name} while {what}, before the first step")
+                files.say(f"cvae: stopped by {name} while {what}, {after}")
                 os._exit(128 + data[0])
 
     watcher = threading.Thread(target=watch, name="cvae-stop-at-once", daemon=True)
