@@ -797,26 +797,25 @@ def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
 
 
 class _Version(argparse.Action):
-    """``cvae --version``: this package's version and the installed JAX's, read from their
-    metadata (neither imported)."""
+    """``cvae --version``: this package's version and the installed JAX's, then a line for Python
+    and each distribution of the stack (``versions.STACK``), read from their metadata (none
+    imported)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from importlib import metadata
-
         import cvae_rosetta
+        from cvae_rosetta import versions
 
-        def version(distribution: str) -> str | None:
-            try:
-                return metadata.version(distribution)
-            except metadata.PackageNotFoundError:
-                return None
-
-        ours = version("cvae-rosetta") or cvae_rosetta.__version__
-        jax = version("jax")
+        ours = versions.version("cvae-rosetta") or cvae_rosetta.__version__
+        jax = versions.version("jax")
         print(f"cvae-rosetta {ours}" + (f" (jax {jax})" if jax else " (jax not installed)"))
+        stack = versions.installed()
+        width = max(map(len, stack))
+        for name, found in stack.items():
+            shown = "Python" if name == "python" else name
+            print(f"  {shown:<{width}}  {found or 'not installed'}")
         parser.exit()
 
 
@@ -1290,6 +1289,16 @@ WRITE_FAILED = 74
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `cvae --version | head -1`: the reader has gone, nothing to tell it
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's last flush
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     with signals.sigterm_stops_at_once():  # where no run takes it to stop at a checkpoint
         try:

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import platform
 import subprocess
 import sys
 import tomllib
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from run_helpers import TINY, train
 
-from cvae_rosetta import cli
+from cvae_rosetta import cli, versions
 from cvae_rosetta.app import configfile
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
@@ -232,9 +233,25 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["--version"])
     assert stop.value.code == 0
-    line = capsys.readouterr().out.strip()
+    first, *stack = capsys.readouterr().out.strip().splitlines()
     ours, jax = metadata.version("cvae-rosetta"), metadata.version("jax")
-    assert line == f"cvae-rosetta {ours} (jax {jax})"
+    assert first == f"cvae-rosetta {ours} (jax {jax})"
+    assert stack[0].split() == ["Python", platform.python_version()]  # then "  NAME  VERSION"
+    for name in versions.STACK:
+        try:
+            expected = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            expected = None
+        line = next(line for line in stack if line.split()[0] == name)
+        assert line.split()[1:] == ([expected] if expected else ["not", "installed"]), line
+    assert len(stack) == 1 + len(versions.STACK)
+
+
+def test_version_starts_no_jax():
+    code = "import sys; from cvae_rosetta.cli import main\ntry: main(['--version'])\n"
+    code += "except SystemExit: pass\nprint('jax' in sys.modules, file=sys.stderr)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr.strip() == "False", done.stderr
 
 
 def _has(platform: str) -> bool:
