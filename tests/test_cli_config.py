@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import json
 import platform
+import signal
 import subprocess
 import sys
 import tomllib
@@ -410,3 +411,15 @@ def test_bad_run_length_flags_are_refused_by_the_options(tmp_path, capsys, flag,
         f"cvae: error: {expected}"
     )
     assert not out.exists()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``cvae --version | head -1``: the pipe closes before every line is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cvae_rosetta.cli", "--version"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    process.stdout.close()  # before the child has written anything: it starts in ~0.2 s
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE, err
+    assert err == "", err
