@@ -17,3 +17,29 @@ The layers, lowest first (each imports only the ones above it in this list):
 """
 
 __version__ = "0.1.0"
+
+# What a user's environment is made of: JAX and its dtypes, the libraries every implementation
+# uses, then each framework; what ``cvae --version`` prints and each tox environment records for
+# docs/versions.md (docs_build/versions.py), in this order.
+STACK = (
+    *("jax", "jaxlib", "ml-dtypes", "numpy", "optax", "orbax-checkpoint", "chex"),
+    *("flax", "dm-haiku", "equinox", "keras"),
+)
+
+
+def version_of(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (None: not installed), read from its metadata."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed_versions() -> dict[str, str | None]:
+    """Python's version, then every distribution's of :data:`STACK` (None: not installed), read
+    from their metadata: nothing is imported, so JAX does not start."""
+    import platform
+
+    return {"python": platform.python_version(), **{name: version_of(name) for name in STACK}}

@@ -798,7 +798,7 @@ def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
 
 class _Version(argparse.Action):
     """``cvae --version``: this package's version and the installed JAX's, then a line for Python
-    and each distribution of the stack (``versions.STACK``), read from their metadata (none
+    and each distribution of the stack (``cvae_rosetta.STACK``), read from their metadata (none
     imported)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
@@ -806,16 +806,16 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         import cvae_rosetta
-        from cvae_rosetta import versions
 
-        ours = versions.version("cvae-rosetta") or cvae_rosetta.__version__
-        jax = versions.version("jax")
+        ours = cvae_rosetta.version_of("cvae-rosetta") or cvae_rosetta.__version__
+        jax = cvae_rosetta.version_of("jax")
         print(f"cvae-rosetta {ours}" + (f" (jax {jax})" if jax else " (jax not installed)"))
-        stack = versions.installed()
+        stack = cvae_rosetta.installed_versions()
         width = max(map(len, stack))
         for name, found in stack.items():
             shown = "Python" if name == "python" else name
             print(f"  {shown:<{width}}  {found or 'not installed'}")
+        sys.stdout.flush()  # a reader gone (``| head -1``) is told here, where main() hears it
         parser.exit()
 
 

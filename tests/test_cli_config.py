@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from run_helpers import TINY, train
 
-from cvae_rosetta import cli, versions
+import cvae_rosetta
+from cvae_rosetta import cli
 from cvae_rosetta.app import configfile
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
@@ -238,14 +239,14 @@ def test_version(capsys):
     ours, jax = metadata.version("cvae-rosetta"), metadata.version("jax")
     assert first == f"cvae-rosetta {ours} (jax {jax})"
     assert stack[0].split() == ["Python", platform.python_version()]  # then "  NAME  VERSION"
-    for name in versions.STACK:
+    for name in cvae_rosetta.STACK:
         try:
             expected = metadata.version(name)
         except metadata.PackageNotFoundError:
             expected = None
         line = next(line for line in stack if line.split()[0] == name)
         assert line.split()[1:] == ([expected] if expected else ["not", "installed"]), line
-    assert len(stack) == 1 + len(versions.STACK)
+    assert len(stack) == 1 + len(cvae_rosetta.STACK)
 
 
 def test_version_starts_no_jax():

@@ -1,14 +1,14 @@
 """The versions each tox environment ran with: recorded by tox, collected, and rendered as the
 table of docs/versions.md and the README.
 
-    python benchmarks/versions.py record ENV DIR      # tox runs it after each environment
-    python benchmarks/versions.py collect [--from .tox/versions] [--render]
-    python benchmarks/versions.py render
+    python docs_build/versions.py record ENV DIR      # tox runs it after each environment
+    python docs_build/versions.py collect [--from .tox/versions] [--render]
+    python docs_build/versions.py render
 
 ``record`` writes ``DIR/ENV.json``: the environment's Python and the version of every distribution
-of ``cvae_rosetta.versions.STACK`` installed in it (read from their metadata, nothing imported),
+of ``cvae_rosetta.STACK`` installed in it (read from their metadata, nothing imported),
 with the date. ``collect`` gathers those files into ``benchmarks/results/versions.json`` (the
-committed record of the last tox run), refusing a set that lacks an environment of tox's list;
+committed record of the last tox run), refusing a set that lacks an environment of tox.ini's list;
 ``render`` writes the table between the markers of the pages. ``tests/test_versions.py`` checks
 that the committed pages are what the committed record renders, and that the record's two ends
 are the ends of ``pyproject.toml``'s ranges.
@@ -17,32 +17,38 @@ are the ends of ``pyproject.toml``'s ranges.
 from __future__ import annotations
 
 import argparse
+import configparser
 import datetime
 import json
 import runpy
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
-# cvae_rosetta.versions from the source tree: what an environment has installed is read the same
-# way whatever version of the package it holds
-versions = SimpleNamespace(**runpy.run_path(str(ROOT / "shared" / "versions.py")))
+# cvae_rosetta's STACK and installed_versions() from the source tree (the package's __init__, which
+# imports nothing): what an environment has installed is read the same way whatever version of
+# the package it holds
+PACKAGE = runpy.run_path(str(ROOT / "shared" / "__init__.py"))
+# the frameworks' rows, by what the docs call them
+LABELS = {"flax": "Flax", "dm-haiku": "Haiku", "equinox": "Equinox", "keras": "Keras 3"}
 RESULTS = ROOT / "benchmarks" / "results" / "versions.json"
 PAGES = (ROOT / "docs" / "versions.md", ROOT / "README.md")
 BEGIN, END = "<!-- versions:begin -->", "<!-- versions:end -->"
-# The environments the table shows, one column each (lint runs no Python of the project's).
-SHOWN = ("unit", "pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox", "keras")
-SHOWN += ("cross", "multidevice", "faults", "meta", "docs")
-SHOWN += tuple(f"newest-{name}" for name in ("pure_jax", "flax_linen", "flax_nnx", "equinox"))
-SHOWN += tuple(f"newest-{name}" for name in ("keras", "cross", "multidevice", "faults"))
+
+
+def environments() -> list[str]:
+    """tox.ini's environments, in its order, but lint (which runs none of the project's Python)."""
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    listed = [name.strip() for name in tox["tox"]["env_list"].replace("\n", " ").split(",")]
+    return [name for name in listed if name and name != "lint"]
 
 
 def record(env: str, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{env}.json"
     today = datetime.date.today().isoformat()
-    found = versions.installed()
+    found = PACKAGE["installed_versions"]()
     path.write_text(json.dumps({"env": env, "date": today, "versions": found}, indent=1))
     return path
 
@@ -51,17 +57,15 @@ def collect(source: Path) -> dict:
     """The record of a whole tox run from its per-environment files; every shown environment
     must be there (a partial run is not the last tox run)."""
     found = {p.stem: json.loads(p.read_text()) for p in sorted(source.glob("*.json"))}
-    missing = [env for env in SHOWN if env not in found]
+    shown = environments()
+    missing = [env for env in shown if env not in found]
     if missing:
         raise SystemExit(
             f"{source}: expected a file for every environment of the table, got none for "
             f"{', '.join(missing)} (run the whole of tox first)"
         )
-    dates = sorted(found[env]["date"] for env in SHOWN)
-    return {
-        "date": dates[-1],
-        "envs": {env: found[env]["versions"] for env in SHOWN},
-    }
+    dates = sorted(found[env]["date"] for env in shown)
+    return {"date": dates[-1], "envs": {env: found[env]["versions"] for env in shown}}
 
 
 def table(data: dict) -> str:
@@ -75,12 +79,13 @@ def table(data: dict) -> str:
     }
     header = ["", *ends]
     rows = []
-    for name in ("python", *versions.STACK):
+    for name in ("python", *PACKAGE["STACK"]):
         cells = []
         for members in ends.values():
             seen = sorted({envs[e][name] for e in members if envs[e].get(name)}, key=_order)
             cells.append(", ".join(seen) if seen else "not installed")
-        rows.append([name if name != "python" else "Python", *cells])
+        label = "Python" if name == "python" else f"`{name}`"
+        rows.append([f"{LABELS[name]} ({label})" if name in LABELS else label, *cells])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     runs = ", ".join(f"`{e}`" for e in envs)
