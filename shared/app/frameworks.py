@@ -12,9 +12,9 @@ records the version of its framework (:func:`distribution`).
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import importlib.util
 
+import cvae_rosetta
 from cvae_rosetta.spec import protocol, registry
 from cvae_rosetta.spec.errors import ImplementationNotFound
 
@@ -54,10 +54,7 @@ def install_command(name: str) -> str | None:
 
 
 def version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return cvae_rosetta.version_of(distribution)
 
 
 def known() -> list[Known]:
