@@ -15,7 +15,6 @@ path once, interleaved. Where the interval holds 1.0 the difference is noise.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import itertools
 import math
 import os
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import cvae_rosetta
 from cvae_rosetta.spec import registry
 
 SCHEMA = "cvae-bench/2"
@@ -239,16 +239,9 @@ def peak_rss_bytes() -> int:
 
 def versions() -> dict[str, str | None]:
     """Python's and every measured distribution's version (``None``: not installed)."""
-
-    def version(name: str) -> str | None:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
     frameworks = [info.about.distribution for info in registry.known()]
     names = dict.fromkeys([*BASE_DISTRIBUTIONS, *frameworks, "cvae-rosetta"])
-    return {"python": platform.python_version(), **{d: version(d) for d in names}}
+    return {"python": platform.python_version(), **{d: cvae_rosetta.version_of(d) for d in names}}
 
 
 def environment(*, jax_devices: bool = True) -> dict[str, Any]:
