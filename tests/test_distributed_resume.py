@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -49,6 +50,12 @@ TWO = ["--impl", "pure_jax", *TINY, "--data-parallel", "sharded", "--devices", "
 TWO += ["--checkpoint-every", "8"]
 GO_ON = ["--checkpoint-every", "8", "--no-progress", "--iw-samples", "1"]  # not kept by the run
 GLOO = "[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def launch_args(*train_args: str) -> list[str]:
@@ -171,7 +178,10 @@ def test_a_process_waiting_for_its_peers_stops_at_once_in_one_line(tmp_path, sig
     args = ["train", *TWO, "--out", str(out), "--distributed", "--coordinator",
             f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0"]  # fmt: skip
     process = start(args, tmp_path, new_session=True)
-    time.sleep(6)  # imports done: in the connect, where a peer would be waited for 5 minutes
+    # In the connect once process 0's coordination service listens (a fixed wait was not enough
+    # under load: the signal then came during the imports), where a peer would be waited for 5 min
+    wait_for(process, lambda: listening(port), "the coordination service to listen")
+    time.sleep(1)
     assert process.poll() is None, outputs(process, WAIT)
     told = time.monotonic()
     process.send_signal(signum)
