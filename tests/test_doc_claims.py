@@ -2,8 +2,8 @@
 
 Every sentence of ``docs/topics/*.md`` and ``docs/tour/*.md`` that states a number, a ratio or an
 ordering of speed is either generated from the results when the site is built (the jit page's
-table, ``<!-- generated: jit-overhead -->`` in ``docs_build/hooks.py``) or held here: a phrase of
-the page, word for word (line breaks aside), with the conditions on ``benchmarks/results/
+table, ``<!-- generated: jit-overhead -->`` in ``docs_build/jit_overhead.py``) or held here: a
+phrase of the page, word for word (line breaks aside), with the conditions on ``benchmarks/results/
 bench_cpu.json`` and ``bench_gpu.json`` that make it true, read through
 :func:`cvae_rosetta.bench.results.load`. A new measurement that makes a sentence false fails its
 claim, naming the page and the rows; a sentence that talks of speed and is neither held here nor

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import http.server
-import importlib.util
 import itertools
 import json
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -34,11 +34,12 @@ pytestmark = pytest.mark.docs
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(os.environ.get("CVAE_DOCS_SITE") or ROOT / "site")
 SHOTS = Path(os.environ.get("CVAE_DOCS_SCREENSHOTS") or ROOT / "site-screenshots")
-# The implementations (key: (label, file)) and their sections, as the docs build knows them.
-_spec = importlib.util.spec_from_file_location("cvae_docs_hooks", ROOT / "docs_build" / "hooks.py")
-hooks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hooks)  # it reads files only: no MkDocs needed
-IMPLEMENTATIONS, SECTIONS = hooks.IMPLEMENTATIONS, hooks.SECTIONS
+# The implementations (key: (label, file)) and their sections, as the docs build knows them (its
+# modules read files only: no MkDocs needed; they import each other plainly, as in MkDocs).
+sys.path.insert(0, str(ROOT / "docs_build"))
+from conformance_report import NUMBER_WORDS  # noqa: E402  (docs_build/conformance_report.py)
+from repository import IMPLEMENTATIONS, SECTIONS  # noqa: E402  (docs_build/repository.py)
+
 LABELS = [label for label, _ in IMPLEMENTATIONS.values()]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDE, NARROW = 1440, 800  # where a pair fits 100-character lines; where the columns are tabs
@@ -569,7 +570,7 @@ def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_
     page.goto(base_url + url_path(first))
     assert page.is_checked(".rosetta-view input[value=pair]")
     check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), first, columns=True)
-    page.get_by_label(f"All {hooks.NUMBER_WORDS[len(LABELS)]}").check()
+    page.get_by_label(f"All {NUMBER_WORDS[len(LABELS)]}").check()
     check_columns(page.evaluate(LAYOUT), first)
     page.get_by_label("Two:").check()
     check_pair(page.evaluate(LAYOUT), ("flax_linen", "flax_nnx"), first, columns=True)
@@ -591,7 +592,7 @@ def test_every_side_by_side_page_offers_the_pair_and_remembers_it(browser, base_
     check_pair(page.evaluate(LAYOUT), ("haiku", "pure_jax"), "compare from a topic", columns=True)
 
     page.goto(base_url + url_path(first))
-    page.get_by_label(f"All {hooks.NUMBER_WORDS[len(LABELS)]}").check()
+    page.get_by_label(f"All {NUMBER_WORDS[len(LABELS)]}").check()
     assert page.evaluate("location.search") == ""
     for name in (first, SIDE_BY_SIDE[-1]):
         page.goto(base_url + url_path(name))

@@ -8,7 +8,6 @@ which resolve snippets against the repository root, as the real site does.
 from __future__ import annotations
 
 import html as html_module
-import importlib.util
 import json
 import os
 import re
@@ -26,16 +25,40 @@ pytest.importorskip("material", reason="mkdocs-material is not installed here (t
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "docs_build" / "hooks.py"
+sys.path.insert(0, str(HOOKS.parent))  # the hooks' modules import each other plainly, as in MkDocs
 
-
-def load_hooks():
-    spec = importlib.util.spec_from_file_location("cvae_docs_hooks", HOOKS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = load_hooks()
+import compare_page  # noqa: E402  (the modules of docs_build/)
+import conformance_report  # noqa: E402
+import hooks  # noqa: E402
+import jit_overhead  # noqa: E402
+from compare_page import (  # noqa: E402
+    OPENING,
+    compare_files,
+    contrasts,
+    moved_links,
+    section_holds,
+)
+from conformance_report import (  # noqa: E402
+    NUMBER_WORDS,
+    REPORT,
+    REPORT_ENV,
+    conformance_matrix,
+    conformance_summary,
+    suite_checks,
+)
+from differences import check_words_first, differences, section_differences  # noqa: E402
+from lines_of_code import (  # noqa: E402
+    ROLES,
+    code_lines,
+    loc_table,
+    role_counts,
+    section_counts,
+    shared_state_lines,
+)
+from markdown_text import _cap, outside_fences  # noqa: E402
+from repository import BUILTIN, IMPLEMENTATIONS, SECTIONS, TOUR, DocsError  # noqa: E402
+from sections import MARKER, check_snippets, sections_of  # noqa: E402
+from tabs import expand_rosetta, literal, tab_set  # noqa: E402
 
 
 def html_text(html: str) -> str:
@@ -101,7 +124,7 @@ def test_a_rosetta_directive_makes_one_tab_per_implementation(tmp_path):
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
     text = html_text(html)
-    for label, _ in hooks.IMPLEMENTATIONS.values():
+    for label, _ in IMPLEMENTATIONS.values():
         assert f">{label}</label>" in html
     assert ">pure JAX</label>" in html and ">Equinox</label>" in html  # each file's ABOUT label
     assert 'class="rosetta"' in html
@@ -114,10 +137,10 @@ def test_tab_sets_name_their_implementations_for_the_view_script(tmp_path):
     result = build(tmp_path, "# Page\n\n<!-- rosetta\nimpls:loss\n-->\n")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
-    assert f'<div class="rosetta" data-impls="{" ".join(hooks.IMPLEMENTATIONS)}">' in html
-    assert list(hooks.IMPLEMENTATIONS)[:2] == ["pure_jax", "flax_linen"]  # the registry's order
+    assert f'<div class="rosetta" data-impls="{" ".join(IMPLEMENTATIONS)}">' in html
+    assert list(IMPLEMENTATIONS)[:2] == ["pure_jax", "flax_linen"]  # the registry's order
     labels = re.findall(r"<label for=[^>]+>([^<]+)</label>", html)
-    assert labels == [label for label, _ in hooks.IMPLEMENTATIONS.values()]
+    assert labels == [label for label, _ in IMPLEMENTATIONS.values()]
 
 
 def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
@@ -127,19 +150,19 @@ def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
     result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
-    assert re.findall(r"<h2 id=\"([^\"]+)\"", html) == ["docstring-and-imports", *hooks.SECTIONS]
-    assert html.count('<div class="rosetta" ') == 1 + len(hooks.SECTIONS)
+    assert re.findall(r"<h2 id=\"([^\"]+)\"", html) == ["docstring-and-imports", *SECTIONS]
+    assert html.count('<div class="rosetta" ') == 1 + len(SECTIONS)
     assert '<div class="rosetta-compare">' in html
     code = [html_text(c) for c in re.findall(r"<pre>.*?<code>(.*?)</code>", html, re.DOTALL)]
-    assert len(code) == len(hooks.IMPLEMENTATIONS) * (1 + len(hooks.SECTIONS))
+    assert len(code) == len(IMPLEMENTATIONS) * (1 + len(SECTIONS))
     blocks = iter(code)
-    shown = {key: [] for key in hooks.IMPLEMENTATIONS}
-    for _ in range(1 + len(hooks.SECTIONS)):  # a tab set: one block per implementation, in order
-        for key in hooks.IMPLEMENTATIONS:
+    shown = {key: [] for key in IMPLEMENTATIONS}
+    for _ in range(1 + len(SECTIONS)):  # a tab set: one block per implementation, in order
+        for key in IMPLEMENTATIONS:
             shown[key].append(next(blocks))
-    for key, (_, source) in hooks.IMPLEMENTATIONS.items():
+    for key, (_, source) in IMPLEMENTATIONS.items():
         lines = (ROOT / source).read_text(encoding="utf-8").splitlines()
-        kept = [line for line in lines if line.strip() and not hooks.MARKER.match(line)]
+        kept = [line for line in lines if line.strip() and not MARKER.match(line)]
         assert [line for text in shown[key] for line in text.splitlines() if line.strip()] == kept
 
 
@@ -150,10 +173,10 @@ def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
     result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
-    holds, differs = hooks.section_holds(), hooks.section_differences()
+    holds, differs = section_holds(), section_differences()
     parts = re.split(r"<h2 id=\"", html)[2:]  # after the opening's heading, one per section
-    assert len(parts) == len(hooks.SECTIONS)
-    for section, part in zip(hooks.SECTIONS, parts, strict=True):
+    assert len(parts) == len(SECTIONS)
+    for section, part in zip(SECTIONS, parts, strict=True):
         about = re.search(r'<div class="rosetta-section-about">(.*?)</div>', part, re.DOTALL)
         assert about, section
         assert "Holds " + holds[section].replace("`", "")[:30] in html_text(about[1]), section
@@ -162,7 +185,7 @@ def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
         assert re.search(rf'href="(\.\./)?{page.removesuffix(".md")}', about[1]), about[1]
         notes = re.findall(r'<div class="rosetta-differ" data-impls="([^"]+)">', part)
         assert [n.split() for n in notes] == [keys for keys, _ in bullets], section
-        assert sorted(k for n in notes for k in n.split()) == sorted(hooks.IMPLEMENTATIONS)
+        assert sorted(k for n in notes for k in n.split()) == sorted(IMPLEMENTATIONS)
 
 
 def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
@@ -172,10 +195,10 @@ def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
     result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
-    table = hooks.contrasts()
-    labels = {key: hooks._cap(label) for key, (label, _) in hooks.IMPLEMENTATIONS.items()}
+    table = contrasts()
+    labels = {key: _cap(label) for key, (label, _) in IMPLEMENTATIONS.items()}
     parts = re.split(r"<h2 id=\"", html)[1:]
-    for section, part in zip((hooks.OPENING, *hooks.SECTIONS), parts, strict=True):
+    for section, part in zip((OPENING, *SECTIONS), parts, strict=True):
         lines = dict(
             re.findall(r'<div class="rosetta-contrast" data-pair="([^"]+)">(.*?)</div>', part, re.S)
         )
@@ -193,10 +216,12 @@ def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
 
 def test_a_style_without_a_contrast_phrase_fails_the_build(tmp_path, monkeypatch):
     path = tmp_path / "contrasts.toml"
-    path.write_text(hooks.CONTRASTS.read_text().replace('keras = "`stateless_call` given', "# "))
-    monkeypatch.setattr(hooks, "CONTRASTS", path)
-    with pytest.raises(hooks.DocsError, match=r"\[forward\]: expected a phrase for keras"):
-        hooks.contrasts()
+    path.write_text(
+        compare_page.CONTRASTS.read_text().replace('keras = "`stateless_call` given', "# ")
+    )
+    monkeypatch.setattr(compare_page, "CONTRASTS", path)
+    with pytest.raises(DocsError, match=r"\[forward\]: expected a phrase for keras"):
+        contrasts()
 
 
 def differences_block(*bullets: str, name: str = "module") -> str:
@@ -213,7 +238,7 @@ SIX = [
 
 
 def test_a_differences_block_is_read_bullet_by_bullet():
-    [(name, items)] = hooks.differences(differences_block(*SIX), "topics/x.md")
+    [(name, items)] = differences(differences_block(*SIX))
     assert name == "module"
     assert items == [
         (["pure_jax"], "**Pure JAX** has no module."),
@@ -244,27 +269,27 @@ def test_a_differences_block_is_read_bullet_by_bullet():
     ids=["missing", "twice", "unknown-label", "not-a-bullet", "unknown-section"],
 )
 def test_a_malformed_differences_block_is_refused(block, message):
-    with pytest.raises(hooks.DocsError, match=re.escape(message)):
-        hooks.differences(block, "topics/x.md")
+    with pytest.raises(DocsError, match=re.escape(message)):
+        differences(block)
 
 
 def test_a_side_by_side_page_must_put_words_before_code():
     code = "<!-- rosetta\nimpls:module\n-->\n"
     words = "What this page is about, in a sentence of its own.\n\n"
     block = differences_block(*SIX, name="module")
-    with pytest.raises(hooks.DocsError, match="expected a paragraph before the first code"):
-        hooks.check_words_first(f"# T\n\n{code}\n{words}", "tour/x.md")
-    with pytest.raises(hooks.DocsError, match="expected a differences block"):
-        hooks.check_words_first(f"# T\n\n{words}{code}", "topics/x.md")
-    hooks.check_words_first(f"# T\n\n{words}{code}", "tour/x.md")
-    hooks.check_words_first(f"# T\n\n{words}{block}\n{code}", "topics/x.md")
-    hooks.check_words_first(f"# T\n\n{code}", "topics/index.md")  # not a side-by-side page
-    hooks.check_words_first(f"# T\n\n{code}", "cli.md")
+    with pytest.raises(DocsError, match="expected a paragraph before the first code"):
+        check_words_first(f"# T\n\n{code}\n{words}", "tour/x.md")
+    with pytest.raises(DocsError, match="expected a differences block"):
+        check_words_first(f"# T\n\n{words}{code}", "topics/x.md")
+    check_words_first(f"# T\n\n{words}{code}", "tour/x.md")
+    check_words_first(f"# T\n\n{words}{block}\n{code}", "topics/x.md")
+    check_words_first(f"# T\n\n{code}", "topics/index.md")  # not a side-by-side page
+    check_words_first(f"# T\n\n{code}", "cli.md")
 
 
 def test_links_in_a_bullet_are_moved_to_the_page_that_shows_it():
     text = "see [state](state.md), [a part](state.md#x), [here](#y) and [out](https://a.b/c)"
-    assert hooks.moved_links(text, "topics/modules.md", "compare.md") == (
+    assert moved_links(text, "topics/modules.md", "compare.md") == (
         "see [state](topics/state.md), [a part](topics/state.md#x), [here](topics/modules.md#y) "
         "and [out](https://a.b/c)"
     )
@@ -300,15 +325,15 @@ def test_text_in_a_tab_set_keeps_lines_that_look_like_snippet_syntax():
         "    ``# --8<-- [start:NAME]`` and ``# --8<-- [end:NAME]`` mark a section",
         "x = 1  # -8<- [end:body]",
     ]
-    blocks = {key: [("text", hooks.literal("\n".join(lines)))] for key in hooks.IMPLEMENTATIONS}
+    blocks = {key: [("text", literal("\n".join(lines)))] for key in IMPLEMENTATIONS}
     html = markdown.markdown(
-        hooks.tab_set(blocks),
+        tab_set(blocks),
         extensions=["md_in_html", "pymdownx.superfences", "pymdownx.tabbed", "pymdownx.snippets"],
         extension_configs={"pymdownx.snippets": {"base_path": [str(ROOT)], "check_paths": True}},
     )
     shown = html_text(html)
     for line in lines:
-        assert shown.count(line) == len(hooks.IMPLEMENTATIONS), line
+        assert shown.count(line) == len(IMPLEMENTATIONS), line
     assert "cvae_loss" not in shown  # nothing was included
 
 
@@ -317,10 +342,10 @@ def test_the_compare_page_refuses_a_file_that_lacks_a_section(tmp_path, monkeypa
     start, end = "# --8<-- [start:paths]\n", "# --8<-- [end:paths]\n"
     assert start in source and end in source
     (tmp_path / "impl.py").write_text(source.replace(start, "").replace(end, ""))
-    monkeypatch.setattr(hooks, "ROOT", tmp_path)
-    monkeypatch.setitem(hooks.IMPLEMENTATIONS, "pure_jax", ("pure JAX", "impl.py"))
-    with pytest.raises(hooks.DocsError, match="impl.py has sections .*, expected"):
-        hooks.compare_files()
+    monkeypatch.setattr(compare_page, "ROOT", tmp_path)
+    monkeypatch.setitem(IMPLEMENTATIONS, "pure_jax", ("pure JAX", "impl.py"))
+    with pytest.raises(DocsError, match="impl.py has sections .*, expected"):
+        compare_files()
 
 
 def test_a_missing_section_fails_the_build_naming_it(tmp_path):
@@ -383,17 +408,17 @@ def test_pymdownx_alone_fails_on_a_missing_section_too(tmp_path):
 def test_the_hook_refuses_what_pymdownx_lets_through(tmp_path, source, message):
     path = tmp_path / "example.py"
     path.write_text(source)
-    with pytest.raises(hooks.DocsError, match=message):
-        hooks.check_snippets(f'```python\n--8<-- "{path}:body"\n```\n')
+    with pytest.raises(DocsError, match=message):
+        check_snippets(f'```python\n--8<-- "{path}:body"\n```\n')
 
 
 def test_escaped_snippet_lines_are_text(tmp_path):
-    hooks.check_snippets(';--8<-- "impls/pure_jax.py:no_such_section"\n')
+    check_snippets(';--8<-- "impls/pure_jax.py:no_such_section"\n')
 
 
 def test_directives_inside_code_fences_are_left_alone():
     page = "```markdown\n<!-- rosetta\nimpls:nope\n-->\n```\n"
-    assert hooks.outside_fences(page, hooks.expand_rosetta) == page
+    assert outside_fences(page, expand_rosetta) == page
 
 
 def test_code_lines_leave_out_blank_lines_comments_and_docstrings():
@@ -410,7 +435,7 @@ def test_code_lines_leave_out_blank_lines_comments_and_docstrings():
             return y
         '''
     )
-    assert sorted(hooks.code_lines(source)) == [5, 7, 8, 9]
+    assert sorted(code_lines(source)) == [5, 7, 8, 9]
 
 
 def test_line_counts_compare_like_with_like(tmp_path, monkeypatch):
@@ -421,31 +446,31 @@ def test_line_counts_compare_like_with_like(tmp_path, monkeypatch):
         from cvae_rosetta.spec.state import TrainState
         """
     )
-    for name in hooks.SECTIONS:
+    for name in SECTIONS:
         body = "x = 1\n"
         if name == "init":
             body = "def init_params(k):\n    return k\n\n\ndef to_canonical(p):\n    return p\n"
         source += f"# --8<-- [start:{name}]\n{body}# --8<-- [end:{name}]\n"
     path = tmp_path / "impl.py"
     path.write_text(source)
-    roles = dict(zip([r for r, _ in hooks.ROLES], hooks.role_counts(path), strict=True))
-    shared = hooks.shared_state_lines(path)
+    roles = dict(zip([r for r, _ in ROLES], role_counts(path), strict=True))
+    shared = shared_state_lines(path)
     assert shared > 0
     assert roles["its parameters and state: `init` without the converters"] == (2, shared)
     assert roles["for the protocol: the converters, `fast_path`, `paths`, `adapter`"] == (5, 0)
-    counts = hooks.section_counts(path)
-    assert sum(own for own, _ in roles.values()) == sum(counts[s] for s in hooks.SECTIONS)
+    counts = section_counts(path)
+    assert sum(own for own, _ in roles.values()) == sum(counts[s] for s in SECTIONS)
     path.write_text(source.replace("TrainState", "State"))
-    assert hooks.shared_state_lines(path) == 0
-    assert "+ " + str(shared) + " shared" in hooks.loc_table()  # pure JAX and Haiku use it
+    assert shared_state_lines(path) == 0
+    assert "+ " + str(shared) + " shared" in loc_table()  # pure JAX and Haiku use it
 
 
 def test_the_site_description_names_every_style():
     """The meta description search engines and link previews show names all six."""
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     description = re.search(r"^site_description: (.+)$", config, re.MULTILINE)[1]
-    for key in hooks.BUILTIN:
-        assert hooks.IMPLEMENTATIONS[key][0].lower() in description.lower(), key
+    for key in BUILTIN:
+        assert IMPLEMENTATIONS[key][0].lower() in description.lower(), key
 
 
 def test_code_in_a_table_breaks_only_between_tokens_and_only_when_long():
@@ -456,70 +481,72 @@ def test_code_in_a_table_breaks_only_between_tokens_and_only_when_long():
 
 
 def test_every_implementation_file_has_every_section():
-    for _, source in hooks.IMPLEMENTATIONS.values():
-        assert list(hooks.sections_of(ROOT / source)) == sorted(hooks.SECTIONS)
-    for name in hooks.TOUR:
-        sections = hooks.sections_of(ROOT / "examples" / "tour" / f"{name}.py")
-        assert set(hooks.IMPLEMENTATIONS) <= set(sections), name
+    for _, source in IMPLEMENTATIONS.values():
+        assert list(sections_of(ROOT / source)) == sorted(SECTIONS)
+    for name in TOUR:
+        sections = sections_of(ROOT / "examples" / "tour" / f"{name}.py")
+        assert set(IMPLEMENTATIONS) <= set(sections), name
 
 
 # --- the generated blocks made from reports and results ------------------------------------------
 
 
 def committed_report() -> dict:
-    return json.loads(hooks.REPORT.read_text(encoding="utf-8"))
+    return json.loads(REPORT.read_text(encoding="utf-8"))
 
 
 def write_report(tmp_path, monkeypatch, report: dict) -> None:
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
-    monkeypatch.setenv(hooks.REPORT_ENV, str(path))
+    monkeypatch.setenv(REPORT_ENV, str(path))
 
 
 def test_the_conformance_summary_counts_what_the_report_holds(monkeypatch):
     """Every count in the paragraph is the report's: its checks (test functions), its cases per
     implementation, its date; 'all N pass' only where nothing failed or was skipped."""
-    monkeypatch.delenv(hooks.REPORT_ENV, raising=False)
+    monkeypatch.delenv(REPORT_ENV, raising=False)
     report = committed_report()
     checks = {re.sub(r"\[.*\]$", "", c) for cases in report["results"].values() for c in cases}
     counts = {len(cases) for cases in report["results"].values()}
     outcomes = {o for cases in report["results"].values() for o in cases.values()}
-    text = hooks.conformance_summary("choosing.md")
+    text = conformance_summary("choosing.md")
     assert "\n" not in text.strip()  # one paragraph
     assert f"{len(checks)} checks" in text
     if len(counts) == 1:
         assert f"{counts.pop()} cases each" in text
     assert f"report of {report['created'][:10]}" in text
-    everyone = f"All {hooks.NUMBER_WORDS[len(report['results'])]} implementations pass"
+    everyone = f"All {NUMBER_WORDS[len(report['results'])]} implementations pass"
     assert text.startswith(everyone) == (outcomes <= {"passed", "not applicable"})
     assert "[conformance](conformance.md#the-compliance-matrix)" in text
-    nested = hooks.conformance_summary("topics/jit.md")
+    nested = conformance_summary("topics/jit.md")
     assert "[conformance](../conformance.md#the-compliance-matrix)" in nested
 
 
 def test_the_conformance_summary_says_who_fails_and_who_skips(tmp_path, monkeypatch):
     report = committed_report()
     nnx = report["results"]["flax_nnx"]
-    failing = [c for c in nnx if c.startswith("test_spec.py::test_loss_matches_reference")]
+    failing = [c for c in nnx if c.startswith("test_loss.py::test_loss_matches_reference")]
     for case in failing:
         nnx[case] = "failed"
-    report["results"]["haiku"]["test_spec.py::test_output_shapes"] = "skipped: earlier layer failed"
+    report["results"]["haiku"]["test_shapes.py::test_output_shapes"] = (
+        "skipped: earlier layer failed"
+    )
     write_report(tmp_path, monkeypatch, report)
-    text = hooks.conformance_summary("choosing.md")
+    text = conformance_summary("choosing.md")
     assert not text.startswith("All ")
     assert f"Flax NNX fails {len(failing)} of its {len(nnx)} cases, in 1 check " in text
-    assert "`spec`: loss matches reference" in text
+    assert "`loss`: loss matches reference" in text
     assert "Haiku passes every case that ran but has 1 of its" in text
     others = [
         label
-        for key, (label, _) in hooks.IMPLEMENTATIONS.items()
+        for key, (label, _) in IMPLEMENTATIONS.items()
         if key in report["results"] and key not in ("flax_nnx", "haiku")
     ]
     passing = ", ".join(others[:-1]) + " and " + others[-1]
     assert f"{passing} pass every check that applies to them" in text
     assert "report.json` (from `$CVAE_DOCS_CONFORMANCE_REPORT`)" in text
-    matrix = hooks.conformance_matrix()
-    assert f"| `spec`: loss matches reference | ✓ | ✓ | ✗ {len(failing)}/" in matrix
+    matrix = conformance_matrix()
+    assert f"| `loss`: loss matches reference | ✓ | ✓ | ✗ {len(failing)}/" in matrix
 
 
 def test_the_conformance_blocks_name_the_checks_a_report_lacks(tmp_path, monkeypatch):
@@ -527,13 +554,13 @@ def test_the_conformance_blocks_name_the_checks_a_report_lacks(tmp_path, monkeyp
     named below the matrix and in the summary, with the suite's count of checks."""
     suite = tmp_path / "conformance"
     suite.mkdir()
-    for path in hooks.SUITE.glob("test_*.py"):
+    for path in conformance_report.SUITE.glob("test_*.py"):
         (suite / path.name).write_text(path.read_text(encoding="utf-8"))
     (suite / "test_new.py").write_text("def test_a_new_thing():\n    pass\n")
-    monkeypatch.setattr(hooks, "SUITE", suite)
-    monkeypatch.delenv(hooks.REPORT_ENV, raising=False)
-    total = len(hooks.suite_checks())
-    for text in (hooks.conformance_summary("choosing.md"), hooks.conformance_matrix()):
+    monkeypatch.setattr(conformance_report, "SUITE", suite)
+    monkeypatch.delenv(REPORT_ENV, raising=False)
+    total = len(suite_checks())
+    for text in (conformance_summary("choosing.md"), conformance_matrix()):
         assert f"The suite has {total} checks now; the report lacks" in text
         assert "`new`: a new thing" in text
 
@@ -542,9 +569,9 @@ def test_the_jit_overhead_table_is_made_from_the_results():
     """One row per idiomatic path, one column per backend at its smallest and largest batch, each
     cell the row's ratio to its fast path with its interval, as results.load reads it."""
     results = pytest.importorskip("cvae_rosetta.bench.results")
-    text = hooks.jit_overhead()
-    for name in hooks.BENCH_FILES:
-        result = results.load(hooks.RESULTS / name)
+    text = jit_overhead.jit_overhead()
+    for name in jit_overhead.BENCH_FILES:
+        result = results.load(jit_overhead.RESULTS / name)
         assert f"`{name}` ({results.provenance(result)})" in text
         backend = result["environment"]["backend"].upper()
         size = sorted(result["batches"], key=int)[-1]
@@ -563,10 +590,10 @@ def test_the_jit_overhead_table_refuses_a_row_without_its_ratio(tmp_path, monkey
         "batches": {"1": {"paths": [{"impl": "flax_nnx", "path": "nnx.jit in place"}]}},
     }
     (tmp_path / "bench_cpu.json").write_text("{}")
-    monkeypatch.setattr(hooks, "RESULTS", tmp_path)
+    monkeypatch.setattr(jit_overhead, "RESULTS", tmp_path)
     monkeypatch.setattr(results, "load", lambda path: read)
-    with pytest.raises(hooks.DocsError, match=r"flax_nnx:nnx.jit in place has no vs_fast"):
-        hooks.jit_overhead()
+    with pytest.raises(DocsError, match=r"flax_nnx:nnx.jit in place has no vs_fast"):
+        jit_overhead.jit_overhead()
 
 
 def test_an_unknown_generated_block_fails_the_build_naming_the_known_ones(tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HOOKS = ROOT / "docs_build" / "hooks.py"
+DOCS_BUILD = ROOT / "docs_build"  # the docs build: hooks.py and its modules
 SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
 NAME, PACKAGE, LABEL = "mine", "mine_cvae", "Mine, on pure JAX"
 
@@ -129,19 +129,22 @@ def test_the_docs_hooks_show_it_from_its_own_file(outside, tmp_path):
     tour, which has no section for it, leaves it out."""
     script = textwrap.dedent(
         f"""\
-        import importlib.util, json, sys
-        spec = importlib.util.spec_from_file_location("hooks", {str(HOOKS)!r})
-        hooks = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(hooks)
+        import json, sys
+        sys.path.insert(0, {str(DOCS_BUILD)!r})  # the hooks' modules, as MkDocs loads them
+        import hooks  # all of the hook's modules: none may import JAX
+        from compare_page import compare_files
+        from lines_of_code import loc_table, tour_loc_table
+        from repository import IMPLEMENTATIONS
+        from tabs import expand_rosetta
         print(json.dumps({{
-            "implementations": hooks.IMPLEMENTATIONS,
-            "tabs": hooks.expand_rosetta("<!-- rosetta\\nimpls:loss\\n-->\\n"),
-            "tour": hooks.expand_rosetta(
+            "implementations": IMPLEMENTATIONS,
+            "tabs": expand_rosetta("<!-- rosetta\\nimpls:loss\\n-->\\n"),
+            "tour": expand_rosetta(
                 "<!-- rosetta\\nexamples/tour/variables.py:{{impl}}_update\\n-->\\n"
             ),
-            "compare": hooks.compare_files(),
-            "loc": hooks.loc_table(),
-            "tour_loc": hooks.tour_loc_table(),
+            "compare": compare_files(),
+            "loc": loc_table(),
+            "tour_loc": tour_loc_table(),
             "jax": "jax" in sys.modules,
         }}))
         """

@@ -1,5 +1,5 @@
 // The side-by-side tab sets (<div class="rosetta" data-impls="KEY ...">, made by
-// docs_build/hooks.py) and the reader's choice of what they show.
+// docs_build/tabs.py) and the reader's choice of what they show.
 //
 // - The view: two implementations, in the order picked ("pair"; at first Flax Linen against
 //   Flax NNX), or every one of them (columns on a wide screen, linked tabs on a narrow one). A
@@ -263,7 +263,7 @@
     return new URL(base + "/compare/", location.href).pathname;
   }
 
-  // the words of docs_build/hooks.py's NUMBER_WORDS, which the pages' sentences use
+  // the words of docs_build/conformance_report.py's NUMBER_WORDS, which the pages' sentences use
   const NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
     "ten"];
 

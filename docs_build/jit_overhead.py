@@ -1,0 +1,80 @@
+"""What the jit wrappers cost (``<!-- generated: jit-overhead -->``): each idiomatic path's step
+time against its own implementation's fast path, from the committed ``cvae bench`` results."""
+
+from __future__ import annotations
+
+from markdown_text import _row
+from repository import IMPLEMENTATIONS, ROOT, DocsError, _label, _rel
+
+RESULTS = ROOT / "benchmarks" / "results"
+BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
+
+
+def jit_overhead() -> str:
+    """Each idiomatic path's step time against its own implementation's fast path, with the
+    interval of the paired rounds, at the smallest and the largest batch size of every committed
+    ``cvae bench`` result (:data:`BENCH_FILES`), read through ``cvae_rosetta.bench.results.load``
+    (which reads JSON and imports no JAX)."""
+    try:
+        from cvae_rosetta.bench import results
+    except ImportError as error:
+        raise DocsError(f"jit-overhead: the project is not installed here ({error})") from None
+    columns: list[str] = []
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    sources = []
+    for name in BENCH_FILES:
+        path = RESULTS / name
+        if not path.is_file():
+            continue
+        try:
+            result = results.load(path)
+        except (ValueError, KeyError) as error:
+            raise DocsError(f"{_rel(path)}: {error}") from None
+        backend = str((result.get("environment") or {}).get("backend") or "?").upper()
+        sources.append(f"`{name}` ({results.provenance(result)})")
+        sizes = sorted(result["batches"], key=int)
+        for size in dict.fromkeys([sizes[0], sizes[-1]]):
+            column = len(columns)
+            columns.append(f"{backend}, batch {size}")
+            for row in result["batches"][size]["paths"]:
+                if row["path"] in (results.FAST, results.SAME_AS_FAST):
+                    continue
+                entry = (row.get("vs_fast") or {}).get("step")
+                if not entry or entry.get("ratio") is None:
+                    raise DocsError(
+                        f"{_rel(path)}: batch {size}: {row['impl']}:{row['path']} has no "
+                        "vs_fast['step'] ratio"
+                    )
+                cells.setdefault((row["impl"], row["path"]), {})[column] = _ratio(entry)
+    if not columns:
+        raise DocsError(f"no benchmark results in {_rel(RESULTS)} ({', '.join(BENCH_FILES)})")
+    order = list(IMPLEMENTATIONS)
+    rows = sorted(cells, key=lambda k: order.index(k[0]) if k[0] in order else len(order))
+    lines = [
+        "Time per call of each idiomatic path's step, from a Python loop that calls it, as a "
+        "multiple of its own implementation's fast path's, timed in the same rounds (the median, "
+        f"and the {results.CONFIDENCE:.0%} interval over the paired rounds: an interval that holds "
+        "1.00x is noise), at the smallest and the largest batch measured; from "
+        f"{' and '.join(sources)}:",
+        "",
+        _row(["idiomatic path", *columns]),
+        "|---|" + "---:|" * len(columns),
+    ]
+    for impl, path in rows:
+        first, _, rest = path.partition(" ")
+        name = f"`{first}` {rest}".rstrip()
+        lines.append(
+            _row(
+                [
+                    f"{_label(impl)}: {name}",
+                    *(cells[impl, path].get(c, "-") for c in range(len(columns))),
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(entry: dict) -> str:
+    if entry.get("low") is None or entry.get("high") is None:
+        return f"{entry['ratio']:.2f}x"
+    return f"{entry['ratio']:.2f}x ({entry['low']:.2f}–{entry['high']:.2f})"
