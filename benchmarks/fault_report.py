@@ -29,6 +29,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 # pure JAX over two host devices runs in this process too: the devices are split before JAX starts
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
@@ -38,7 +39,7 @@ import tiny_runs as h  # the runs, kills and comparisons of the fault tests
 
 from cvae_rosetta.app import checkpoint, resuming
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.report import markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,8 +61,19 @@ COUNTS = ("tried", "survived", "steps_lost_max", "lines_max", "tracebacks")  # t
 HOLDER = r"got \S+, held by pid \d+ on \S+ since \S+"  # a second writer's message: made general
 
 
-def record(impl: str, mode: str, fault: str, phase: str, ok: bool, lost, stderr: str = "") -> dict:
+class Tried(NamedTuple):
+    """Which try: the implementation, the mode it ran in (one device, sharded over two, two
+    processes, a disk's size), the fault, and the phase of the run it struck in."""
+
+    impl: str
+    mode: str
+    fault: str
+    phase: str
+
+
+def record(tried: Tried, ok: bool, lost, stderr: str = "") -> dict:
     """A try: survived when ``ok`` and no process printed more than a line or a traceback."""
+    impl, mode, fault, phase = tried
     said = stderr.strip().splitlines()  # cvae launch prefixes each process's lines with [i]
     lines = max(
         Counter(re.match(r"(\[\d+\] )?", line).group() for line in said).values(), default=0
@@ -101,7 +113,7 @@ def kills(impl: str, extra: tuple[str, ...], points: int, rng: random.Random, wo
         tries.append(("an epoch", status == -signal.SIGKILL and lost <= h.EVERY, lost, stderr))
     finished = in_process(*h.resume_args(out)[1:], "--iw-samples", "1")[0] == 0
     same = finished and h.same_run(out, reference)
-    records = [record(impl, mode, "sigkill", p, ok and same, n, e) for p, ok, n, e in tries]
+    records = [record(Tried(impl, mode, "sigkill", p), ok and same, n, e) for p, ok, n, e in tries]
     records += second_writers(impl, extra, mode, rng, work, reference)
     for kind, how in (("truncated", "truncate"), ("bit_flipped", "flip")):
         shutil.copytree(out, damaged := work / kind)
@@ -113,7 +125,7 @@ def kills(impl: str, extra: tuple[str, ...], points: int, rng: random.Random, wo
         _, run, _ = resuming.read_run(damaged)  # config.json: where the resume started
         lost = latest - run["resumes"][-1]["step"] if status == 0 else None
         ok = status == 0 and lost <= h.EVERY and h.same_run(damaged, reference)
-        records.append(record(impl, mode, kind, "a resume", ok, lost, stderr))
+        records.append(record(Tried(impl, mode, kind, "a resume"), ok, lost, stderr))
     return records
 
 
@@ -127,7 +139,7 @@ def signals(impl: str, phases: list[str], rng: random.Random, work: Path, refere
             status, stderr, lost, same = h.signal_in_phase(phase, sig, impl, where, reference, step)
             ok = status == 128 + sig and lost == 0 and same
             fault = signal.Signals(sig).name.lower()
-            records.append(record(impl, "one device", fault, phase, ok, lost, stderr))
+            records.append(record(Tried(impl, "one device", fault, phase), ok, lost, stderr))
     return records
 
 
@@ -150,9 +162,8 @@ def second_writers(impl, extra, mode: str, rng: random.Random, work: Path, refer
             h.kill(first)
     same = status == 0 and h.same_run(out, reference)
     lost = h.lost_steps(out)
-    return [
-        record(impl, mode, "second_writer", "an epoch", ok and same, lost, m) for ok, m in tries
-    ]
+    tried = Tried(impl, mode, "second_writer", "an epoch")
+    return [record(tried, ok and same, lost, m) for ok, m in tries]
 
 
 def term_one_of_two(rng: random.Random, work: Path) -> dict:
@@ -172,7 +183,7 @@ def term_one_of_two(rng: random.Random, work: Path) -> dict:
         resume = ["--resume", str(out), "--checkpoint-every", "40", "--no-progress"]
         ok = h.train(*resume, "--iw-samples", "1", quiet=True) == 0
     mode = "two processes, a device each"
-    return record("pure_jax", mode, "sigterm_one_of_two", "an epoch", ok, lost, stderr)
+    return record(Tried("pure_jax", mode, "sigterm_one_of_two", "an epoch"), ok, lost, stderr)
 
 
 FULL_DISK = """
@@ -217,7 +228,8 @@ def full_disk(work: Path, reference: Path, step_kb: int) -> list[dict]:
         lost = h.lost_steps(work / "failed") if (work / "failed").is_dir() else 0
         left = int((work / "left").read_text() or 0)  # a failed save's directory not removed
         ok = first == 74 and second == 0 and not left and h.same_run(work / "final", reference)
-        records.append(record("pure_jax", f"{size} KB", "full_disk", phase, ok, lost, stderr))
+        tried = Tried("pure_jax", f"{size} KB", "full_disk", phase)
+        records.append(record(tried, ok, lost, stderr))
     return records
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.report import impl_label, markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import impl_label, markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent

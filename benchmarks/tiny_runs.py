@@ -20,7 +20,7 @@ from unittest import mock
 
 import numpy as np
 
-from cvae_rosetta.app import checkpoint, evaluate, images, rundir
+from cvae_rosetta.app import charts, checkpoint, evaluate, rundir
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 
@@ -42,7 +42,7 @@ def fast_outputs():
         mock.patch.object(evaluate, "evaluate", lambda *a, **k: {}),
         mock.patch.object(evaluate, "describe", lambda *a, **k: ""),
         mock.patch.object(rundir, "write_pictures", lambda *a, **k: None),
-        mock.patch.object(images, "metric_panels", lambda *a, **k: None),
+        mock.patch.object(charts, "metric_panels", lambda *a, **k: None),
     ):
         yield
 

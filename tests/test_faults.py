@@ -373,13 +373,13 @@ def test_the_fault_report_counts_a_second_line_or_a_traceback_as_not_survived(ca
     import fault_report
 
     def survived(stderr: str) -> bool:
-        return fault_report.record("x", "one device", "sigterm", "an epoch", True, 0, stderr)[
-            "survived"
-        ]
+        tried = fault_report.Tried("x", "one device", "sigterm", "an epoch")
+        return fault_report.record(tried, True, 0, stderr)["survived"]
 
     assert survived("cvae: x stopped by SIGTERM at step 9 ...\n") and survived("")
     assert survived("[0] cvae: x stopped ...\n[1] cvae: x stopped ...\n")  # one per process
     assert not survived("cvae: SIGTERM: stopping after this step\ncvae: x stopped ...\n")
     assert not survived("Traceback (most recent call last):\n  File ...\nRuntimeError: x\n")
     assert not survived("[1] cvae: a\n[1] cvae: b\n")
-    assert not fault_report.record("x", "one device", "sigkill", "an epoch", False, 3)["survived"]
+    tried = fault_report.Tried("x", "one device", "sigkill", "an epoch")
+    assert not fault_report.record(tried, False, 3)["survived"]

@@ -102,14 +102,14 @@ def test_the_committed_result_is_what_the_page_shows(script):
 
 def test_the_pictures_are_drawn_for_the_width_the_page_shows_them_at(script, tmp_path):
     """The curve (from the committed result) and a samples picture (from made-up 28x28 images)
-    are ``report.FIGURE_WIDTH`` inches at ``report.FIGURE_DPI``: twice the 688 px the page fixes,
+    are ``plots.FIGURE_WIDTH`` inches at ``plots.FIGURE_DPI``: twice the 688 px the page fixes,
     with every image of a label in its row of the mosaic."""
     from PIL import Image
 
-    from cvae_rosetta.bench import report
+    from cvae_rosetta.bench import plots
 
-    wide = round(report.FIGURE_WIDTH * report.FIGURE_DPI)
-    assert wide == 2 * report.DISPLAY_WIDTH
+    wide = round(plots.FIGURE_WIDTH * plots.FIGURE_DPI)
+    assert wide == 2 * plots.DISPLAY_WIDTH
     result = results.load(ROOT / "benchmarks" / "results" / "latent_tradeoff_cpu.json")
     script.curve(result, tmp_path / "curve.png")
     assert Image.open(tmp_path / "curve.png").width == wide

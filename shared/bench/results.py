@@ -56,6 +56,24 @@ def scan_row(batch: dict[str, Any], impl: str, unroll: int = 1) -> dict[str, Any
     return next((s for s in batch["epoch"] if s["impl"] == impl and s["unroll"] == unroll), None)
 
 
+def path_row(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """The row of the path ``label`` (``impl`` or ``impl:path``) in one batch size's results, if
+    any."""
+    return next((r for r in batch["paths"] if r["label"] == label), None)
+
+
+def batches_by_size(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """``(batch size, batch)`` for every batch size of a result, the smallest first."""
+    return sorted(((int(b), batch) for b, batch in result["batches"].items()), key=lambda t: t[0])
+
+
+def impls_measured(result: dict[str, Any]) -> list[str]:
+    """The implementations a result measured, in the order of its rows."""
+    return list(
+        dict.fromkeys(r["impl"] for _, batch in batches_by_size(result) for r in batch["paths"])
+    )
+
+
 def loaded(result: dict[str, Any]) -> bool:
     """Whether other work shared the machine: other processes using more than :data:`OTHERS`
     cores over the run (or twice that over one of its phases), measured from ``/proc/stat`` less

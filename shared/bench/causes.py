@@ -1,0 +1,85 @@
+"""Why a style's step may differ from pure JAX's, read from the two fast paths' optimized HLO:
+the same compiled program (equal fingerprints), or the fusions, copies, transposes and bytes per
+step that differ; and which fast paths compile to one program, batch size by batch size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cvae_rosetta.bench.markdown import impl_label, listed, megabytes
+from cvae_rosetta.bench.results import (
+    FAST,
+    REFERENCE,
+    batches_by_size,
+    fast_row,
+    parameter_count,
+)
+
+SAME_PROGRAM = (
+    "the same compiled program as pure JAX's: the machine's variation between rounds, not a "
+    "difference of the step"
+)
+
+
+def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
+    """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
+    paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, copies,
+    transposes, bytes per step, the bytes also in passes over the float32 parameters)."""
+    mine, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
+    a, b = mine.get("hlo") or {}, ref.get("hlo") or {}
+    if a.get("fingerprint") and a.get("fingerprint") == b.get("fingerprint"):
+        return SAME_PROGRAM
+    parts = [
+        f"{a[k]} {k} against {b[k]}"
+        for k in ("fusions", "copies", "transposes")
+        if k in a and k in b and a[k] != b[k]
+    ]
+    x, y = mine.get("bytes_accessed"), ref.get("bytes_accessed")
+    if x and y and abs(x - y) > 0.005 * y:
+        passes = (x - y) / (4 * parameter_count(model))
+        parts.append(
+            f"{megabytes(x)} against {megabytes(y)} per step "
+            f"({passes:+.1f} passes over the parameters)"
+        )
+    if parts:
+        return "its compiled program: " + ", ".join(parts)
+    if not a.get("fingerprint"):  # a run of the harness before fingerprints
+        return "the same counts of fusions, copies and transposes as pure JAX's; no fingerprint"
+    return "its compiled program: the same counts as pure JAX's, other instructions"
+
+
+def programs(result: dict[str, Any]) -> str:
+    """Which fast paths compile to one program (equal fingerprints), batch size by batch size, in
+    a sentence; empty where no fingerprint was recorded."""
+    told: dict[str, list[int]] = {}
+    for b, batch in batches_by_size(result):
+        groups: dict[str, list[str]] = {}
+        for r in batch["paths"]:
+            if r["path"] == FAST and (print_ := (r.get("hlo") or {}).get("fingerprint")):
+                groups.setdefault(print_, []).append(impl_label(r["impl"]))
+        shared = [f"{listed(g)} compile to one program" for g in groups.values() if len(g) > 1]
+        alone = [g[0] for g in groups.values() if len(g) == 1]
+        if alone:
+            shared.append(
+                f"{listed(alone)} to {'one of its own' if len(alone) == 1 else 'one each'}"
+            )
+        if groups:
+            told.setdefault("; ".join(shared), []).append(b)
+    every = len(result["batches"])
+    parts = [
+        f"{'at every batch size' if len(at) == every else 'at batch ' + listed(list(map(str, at)))}"
+        f", {words}"
+        for words, at in told.items()
+    ]
+    text = listed(parts) if parts else ""
+    return f"{text[:1].upper()}{text[1:]}." if parts else ""
+
+
+def causes(result: dict[str, Any], labels: dict[str, str]) -> dict[str, dict[int, str]]:
+    """``label -> {batch: cause}`` for :func:`findings`' notes."""
+    model = result["settings"]["model"]
+    return {
+        shown: {b: cause(bt, i, model) for b, bt in batches_by_size(result)}
+        for i, shown in labels.items()
+    }

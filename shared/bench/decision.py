@@ -1,0 +1,299 @@
+"""The choosing page's decision table: a row per need a reader arrives with (:data:`NEEDS`), each
+with the style to use, what the results measured for it (device time, a wrapper's cost, compile
+time, the GPU's largest batch, data parallelism), how its framework is maintained (release
+history and the maintainers' own words, from ``benchmarks/maintenance.py``'s record) and the
+caveat.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from cvae_rosetta.bench.causes import cause, programs
+from cvae_rosetta.bench.markdown import (
+    backend_name,
+    impl_label,
+    listed,
+    markdown_table,
+    number,
+    ratio,
+)
+from cvae_rosetta.bench.results import (
+    REFERENCE,
+    batches_by_size,
+    differs,
+    fast_row,
+    impls_measured,
+    path_row,
+    provenance,
+    scan_row,
+)
+from cvae_rosetta.spec import registry
+
+DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
+# The choosing page's decision table, one row per need a reader arrives with: the style (None: the
+# one the results name, or any), what is measured for it (the device time against pure JAX and
+# the path whose cost matters for that need; the compile time; the GPU's largest batch; data
+# parallelism), and the caveat. The figures and the maintenance evidence are generated.
+NEEDS = (
+    (
+        "Learning JAX, or teaching it",
+        "pure_jax",
+        "device",
+        None,
+        "You write the layers, the initialisation and the state's bookkeeping yourself: every "
+        "line of the model is on the page.",
+    ),
+    (
+        "Research code that changes every day",
+        "equinox",
+        "compile",
+        "eqx.filter_jit",
+        "Objects that are pytrees, so every JAX transformation applies as it is; per-example "
+        "layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the state for "
+        "low-overhead loops.",
+    ),
+    (
+        "A production model maintained for years",
+        "flax_nnx",
+        "device",
+        "nnx.jit in place",
+        "Objects with PyTorch habits, the API flax's own description presents; flax is still "
+        "0.x, so pin a minor version. Split once and step with `jax.jit` in hot loops, as "
+        "`impls/flax_nnx.py` does: `nnx.jit` walks the object graph on every call.",
+    ),
+    (
+        "Large batches on one GPU",
+        None,
+        "gpu",
+        None,
+        "Every style's fast path runs one compiled step; what differs at large batches is the "
+        "program XLA makes of it, named after each ratio.",
+    ),
+    (
+        "Many devices or hosts",
+        None,
+        "parallel",
+        None,
+        "The data-parallel step is shared (`--data-parallel`): it takes each style's gradient "
+        "function, so the style does not decide it. Several hosts: `cvae launch` or "
+        "`--distributed`.",
+    ),
+    (
+        "Keras habits (`fit`, callbacks), or one model for several backends",
+        "keras",
+        "device",
+        "model.fit step",
+        "Jit the step yourself with `stateless_call` and `stateless_apply`; the stock `AdamW` "
+        "puts epsilon on the uncorrected root, not where optax does.",
+    ),
+    (
+        "An existing Linen codebase",
+        "flax_linen",
+        "device",
+        None,
+        "Keep it; flax's description presents NNX and sends Linen to a documentation site of "
+        "its own; `nnx.bridge` wraps Linen modules for a gradual move.",
+    ),
+    (
+        "An existing Haiku codebase",
+        "haiku",
+        "device",
+        None,
+        "Keep it, pinned with the JAX range Haiku is tested with; not for new code.",
+    ),
+)
+
+
+def decision(results: Sequence[dict[str, Any]], maintenance: dict | None = None) -> str:
+    """The choosing page's table: for each need, the style, what the results say, how its
+    framework is maintained (``maintenance``: ``benchmarks/results/maintenance.json``), the
+    caveat."""
+    rows = []
+    for need, impl, kind, wrapper, caveat in NEEDS:
+        use = impl_label(impl) if impl else _use(results, kind)
+        if kind == "gpu":
+            reasons = [_gpu_reason(r) for r in results if backend_name(r) != "CPU"]
+            reasons = reasons or ["**GPU**: no GPU run in the results: not measured"]
+        elif kind == "parallel":
+            reasons = [_parallel_reason(r) for r in results]
+        else:
+            reasons = [_reason(r, impl, wrapper, kind == "compile") for r in results]
+        kept = impl or REFERENCE  # the GPU and data-parallel rows: JAX's own record
+        rows.append(
+            [
+                need,
+                use,
+                "<br>".join(r for r in reasons if r),
+                _maintained(kept, maintenance),
+                caveat,
+            ]
+        )
+    header = ["if you need", "use", "measured (per step, against pure JAX)", "maintained", "mind"]
+    sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
+    note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    if maintenance:
+        note += (
+            f"\nMaintained: the final releases on {maintenance['registry']} as of "
+            f"{maintenance['fetched']} (`benchmarks/maintenance.py`), and what the project's own "
+            "description there says of its state, quoted.\n"
+        )
+    why = [f"{backend_name(r)}: {groups}" for r in results if (groups := programs(r))]
+    if why:
+        note += f"\nWhy the styles differ, from their compiled programs. {' '.join(why)}\n"
+    return markdown_table(header, rows) + note
+
+
+def _largest(result: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, dict]]:
+    """The largest batch size, its batch, and ``impl -> device time against pure JAX`` there."""
+    b, batch = batches_by_size(result)[-1]
+    device = {
+        i: (scan_row(batch, i) or {}).get("vs_pure_jax", {}).get("step")
+        for i in impls_measured(result)
+    }
+    device[REFERENCE] = device.get(REFERENCE) or {"ratio": 1.0, "within_noise": True}
+    return b, batch, {i: e for i, e in device.items() if e}
+
+
+def _fastest(result: dict[str, Any]) -> list[str]:
+    """The styles whose device time at the largest batch is not beaten beyond noise: pure JAX and
+    those within noise of it, unless one is faster beyond noise (then those below 1.0)."""
+    _, _, device = _largest(result)
+    faster = [i for i, e in device.items() if differs(e) and e["ratio"] < 1]
+    return faster or [i for i, e in device.items() if not differs(e)]
+
+
+def _use(results: Sequence[dict[str, Any]], kind: str) -> str:
+    gpu = [r for r in results if backend_name(r) != "CPU"]
+    if kind == "gpu" and gpu:
+        return _or([impl_label(i) for i in _fastest(gpu[0])])
+    return "any of the six" if kind == "parallel" else "not measured"
+
+
+def _or(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _gpu_reason(result: dict[str, Any]) -> str:
+    b, batch, device = _largest(result)
+    model = result["settings"]["model"]
+    apart = [
+        f"{impl_label(i)} {ratio(e)} ({cause(batch, i, model)})"
+        for i, e in device.items()
+        if differs(e)
+    ]
+    same = [impl_label(i) for i, e in device.items() if not differs(e)]
+    missing = [impl_label(i.name) for i in registry.known() if i.builtin and i.name not in device]
+    text = f"**{backend_name(result)}**, device time at batch {b:,}: {listed(same)} within noise"
+    text += ("; " + "; ".join(apart)) if apart else ""
+    text += f"; {listed(missing)} not measured" if missing else ""
+    return text + f" ({_rounds(result)})"
+
+
+def _rounds(result: dict[str, Any]) -> str:
+    return f"{result['settings']['rounds']} rounds, {provenance(result)}"
+
+
+def _parallel_reason(result: dict[str, Any]) -> str:
+    data = result.get("data_parallel") or {}
+    rows = [r for r in data.get("rows", []) if r["mechanism"] != "none"]
+    name = backend_name(result)
+    if not rows:
+        return f"**{name}**: data parallelism not measured in this run"
+    apart = [r for r in rows if differs(r["vs_pure_jax"]["step"])]
+    devices = sorted({r["devices"] for r in rows})
+    mechanisms = ", ".join(sorted({r["mechanism"] for r in rows}))
+    on = f"{listed([str(d) for d in devices])} device{'s' if devices != [1] else ''}"
+    text = (
+        f"**{name}**, per step against pure JAX under the same mechanism and device count "
+        f"({mechanisms} on {on}): within noise in {len(rows) - len(apart)} of {len(rows)} cases"
+    )
+    if apart:
+        text += "; " + "; ".join(
+            f"{impl_label(r['impl'])} {r['mechanism']} on {r['devices']} "
+            f"{ratio(r['vs_pure_jax']['step'])}"
+            for r in apart
+        )
+    note = data.get("note")
+    return text + (f" ({note})" if note else "")
+
+
+def _maintained(impl: str, maintenance: dict | None) -> str:
+    """Release history and the maintainers' own words for ``impl``'s distribution, with source."""
+    found = registry.info(impl)
+    name = found.about.distribution if found else impl
+    record = (maintenance or {}).get("distributions", {}).get(name)
+    if not record:
+        return f"{name}: no record (`python benchmarks/maintenance.py` fetches one)"
+    fetched = maintenance["fetched"]
+    year = str(int(fetched[:4]) - 1) + fetched[4:]
+    releases = record["releases"]
+    recent = [r for r in releases if r["date"] > year]
+    latest, first = releases[-1], releases[0]
+    text = (
+        f"{name}: {len(recent)} release{'' if len(recent) == 1 else 's'} in the year to "
+        f"{fetched}, the latest {latest['version']} "
+        f"({latest['date']}); {len(releases)} since {first['version']} ({first['date']})"
+    )
+    said = " ".join(f"“{s}”" for s in record["statements"])
+    words = f"its description: {said}" if said else "its description says nothing of its state"
+    return f"{text}. [{words}]({record['source']})" if said else f"{text}; {words}"
+
+
+def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: bool = False) -> str:
+    batches = batches_by_size(result)
+    name = backend_name(result)
+    sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
+    if impl == REFERENCE:
+        empty = [fast_row(bt, REFERENCE).get("empty_step_us") for _, bt in batches]
+        empty = [e["median"] for e in empty if e]
+        return (
+            f"**{name}**: the reference the others are measured against; one call of a jitted "
+            f"step costs {number(min(empty))}–{number(max(empty))} µs before any work"
+            if empty
+            else f"**{name}**: the reference"
+        )
+    device = [
+        (b, (scan_row(bt, impl) or {}).get("vs_pure_jax", {}).get("step")) for b, bt in batches
+    ]
+    if all(e is None for _, e in device):
+        return f"**{name}**: not measured in this run"
+    apart = [(b, e) for b, e in device if differs(e)]
+    model, at = result["settings"]["model"], dict(batches)
+    text = f"**{name}**, device time: " + (
+        "; ".join(f"{ratio(e)} at batch {b} ({cause(at[b], impl, model)})" for b, e in apart)
+        + "; within noise at the others"
+        if apart
+        else f"within noise of pure JAX at every batch size ({sizes})"
+    )
+    rows = [(b, path_row(bt, f"{impl}:{wrapper}")) for b, bt in batches] if wrapper else []
+    rows = [(b, r) for b, r in rows if r]
+    if rows:
+        (b0, first), (b1, last) = rows[0], rows[-1]
+        span = "" if b0 == b1 else f", {ratio(last['vs_fast']['step'])} at {b1}"
+        text += (
+            f"; `{wrapper}` per call, against the fast path: "
+            f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
+        )
+    if compile and (seconds := _to_compiled(batches, impl)):
+        text += (
+            f"; from the step's code to its compiled program (trace, lower, compile; median over "
+            f"the batch sizes): {seconds[0]:.2f} s against pure JAX's {seconds[1]:.2f} s"
+        )
+    return text
+
+
+def _to_compiled(batches: list, impl: str) -> tuple[float, float] | None:
+    def median(name: str) -> float | None:
+        rows = [path_row(bt, name) for _, bt in batches]
+        times = [
+            sum(r[t] for t in ("trace_s", "lower_s", "compile_s"))
+            for r in rows
+            if r and all(r.get(t) is not None for t in ("trace_s", "lower_s", "compile_s"))
+        ]
+        return statistics.median(times) if times else None
+
+    mine, ref = median(impl), median(REFERENCE)
+    return (mine, ref) if mine is not None and ref is not None else None

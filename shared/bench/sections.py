@@ -1,0 +1,524 @@
+"""One result file's tables and findings, in the order its section of a page shows them (the
+conditions, the fast paths against pure JAX, the frameworks' jit wrappers, what one call costs,
+compile time and what XLA compiled, the roofline, pure JAX's step written other ways, bfloat16,
+data parallelism), and the same tables as the blocks of ``docs/fast_step.md``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cvae_rosetta.bench.causes import causes, programs
+from cvae_rosetta.bench.markdown import (
+    backend_name,
+    findings,
+    impl_label,
+    markdown_table,
+    megabytes,
+    number,
+    path_label,
+    ratio,
+    write_between_markers,
+)
+from cvae_rosetta.bench.plots import DISPLAY_WIDTH, PLOTS
+from cvae_rosetta.bench.results import (
+    BASE_DISTRIBUTIONS,
+    FAST,
+    OTHERS,
+    REFERENCE,
+    SAME_AS_FAST,
+    batches_by_size,
+    differs,
+    fast_row,
+    impls_measured,
+    loaded,
+    parameter_count,
+    path_row,
+    provenance,
+    scan_row,
+)
+
+
+def section(
+    result: dict[str, Any], images: dict[str, str], level: int = 2, *, sized: bool = False
+) -> list[str]:
+    """Everything one result file says, under headings of ``level``; ``sized``: the plots shown at
+    :data:`DISPLAY_WIDTH` (attr_list syntax, for the MkDocs site)."""
+    h = "#" * level
+    return [
+        *_conditions(result),
+        *_fast(result, images, h, sized),
+        *_wrapper_costs(result, h),
+        *_overhead(result, h),
+        *_compile(result, h),
+        *_roof(result, h),
+        *_techniques(result, h),
+        *_precision(result, h),
+        *_parallel(result, h),
+    ]
+
+
+def _part(heading: str, text: str, *body: str) -> list[str]:
+    """A part of a section: its heading, its opening paragraph and what follows, as lines."""
+    return [heading, "", text, "", *body]
+
+
+def _conditions(result: dict[str, Any]) -> list[str]:
+    env, settings, v = result["environment"], result["settings"], result["environment"]["versions"]
+    frameworks = [n for n in v if n not in (*BASE_DISTRIBUTIONS, "python", "cvae-rosetta")]
+    libs = ", ".join(f"{n} {v[n]}" for n in [*frameworks, "optax"] if v.get(n))
+    model = settings["model"]
+    device = f"{env.get('device_kind')}, " if env.get("backend") != "cpu" else ""
+    lines = [
+        f"- **Machine**: {device}{env['cpu_model']}, {env.get('usable_cores', '?')} usable "
+        f"cores; {env['device_count']} JAX device(s); XLA flags `{env['xla_flags'] or '(none)'}`.",
+        f"- **Versions**: python {v['python']}, jax {v['jax']}, jaxlib {v['jaxlib']}, {libs}.",
+        f"- **When**: started {result.get('started', '?')}, "
+        f"{number(result.get('duration_s'), 0)} s; other processes used "
+        f"{number((result.get('other_processes_cpu') or {}).get('cores'), 2)} cores on average.",
+        f"- **Rounds**: {settings['rounds']}, every path timed once per round, interleaved; "
+        f"intervals are the order statistics of the per-round ratios that hold their median "
+        f"with {_pct(_confidence(result))} confidence.",
+        f"- **Model**: {model['input_dim']} inputs, encoder "
+        f"{'-'.join(map(str, model['encoder_dims']))}, latent {model['latent_dim']}, "
+        f"{model['compute_dtype']}, synthetic data, the same canonical parameters everywhere.",
+        "",
+    ]
+    if outside := _outside_requirement(v.get("jax")):
+        lines += [f"**jax {v['jax']} lies outside the project's `{outside}`**.", ""]
+    if result.get("schema_read"):
+        lines += [
+            f"Measured with the harness of schema `{result['schema_read']}`; every ratio and "
+            "interval here is derived again from its recorded rounds.",
+            "",
+        ]
+    if loaded(result):
+        lines += [
+            f"**Taken on a loaded machine** (other processes used more than {OTHERS} cores): "
+            "absolute times are slower and noisier; the paired ratios suffer less.",
+            "",
+        ]
+    return lines
+
+
+def _pct(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if abs(value) < 0.1 else f"{100 * value:.0f}%"
+
+
+def _outside_requirement(version: str | None) -> str | None:
+    """The project's own ``jax`` requirement where ``version`` does not meet it, else None."""
+    import importlib.metadata
+
+    def parts(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+    try:
+        need = next(r for r in importlib.metadata.requires("cvae-rosetta") or () if r[:4] == "jax<")
+    except (importlib.metadata.PackageNotFoundError, StopIteration):
+        return None
+    have = parts(version or "")
+    for bound in need[3:].split(","):
+        op, value = ("<", bound[1:]) if bound[0] == "<" else (">=", bound[2:])
+        if have and (have >= parts(value) if op == "<" else have < parts(value)):
+            return need
+    return None
+
+
+def _confidence(result: dict[str, Any]) -> float | None:
+    for _, batch in batches_by_size(result):  # the first batch's
+        return fast_row(batch, REFERENCE)["vs_pure_jax"]["step"].get("confidence")
+    return None
+
+
+def _image(images: dict[str, str], name: str, sized: bool = False) -> list[str]:
+    width = f'{{ width="{DISPLAY_WIDTH}" }}' if sized else ""
+    return [f"![{PLOTS[name]}]({images[name]}){width}", ""] if name in images else []
+
+
+def _grid(result: dict[str, Any], cell, labels: dict[str, str]) -> str:
+    """A table of ``cell(batch, key)``: a row per ``labels`` item (key -> shown), a column per
+    batch size."""
+    batches = batches_by_size(result)
+    rows = [[shown, *(cell(batch, key) for _, batch in batches)] for key, shown in labels.items()]
+    return markdown_table(["", *(f"batch {b}" for b, _ in batches)], rows, "l" + "r" * len(batches))
+
+
+def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, extra=None) -> list:
+    """A table of intervals (``get(batch, key)``, one row per ``labels`` item, one column per
+    batch size, ``extra(batch, key)`` added to a cell) and the findings in words under it."""
+    entries = {
+        shown: [(b, get(batch, key)) for b, batch in batches_by_size(result)]
+        for key, shown in labels.items()
+    }
+
+    def cell(batch, key):
+        entry = get(batch, key)
+        return ratio(entry) + (extra(batch, key) if extra and entry else "")
+
+    return [_grid(result, cell, labels), findings(entries, note), ""]
+
+
+def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -> list[str]:
+    labels = {i: impl_label(i) for i in impls_measured(result) if i != REFERENCE}
+
+    def device(batch, impl):
+        return (scan_row(batch, impl) or {}).get("vs_pure_jax", {}).get("step")
+
+    def call(batch, impl):
+        return fast_row(batch, impl)["vs_pure_jax"]["step"]
+
+    why = causes(result, labels)
+    same_device = {
+        shown: {
+            b: "device time within noise: the difference is in calling the step, not in the step"
+            if device(bt, i) and not differs(device(bt, i))
+            else why[shown][b]
+            for b, bt in batches_by_size(result)
+        }
+        for i, shown in labels.items()
+    }
+    return _part(
+        f"{h} Fast paths against pure JAX",
+        "**Device time**: the implementation's step run K times inside one jitted `lax.scan`, "
+        "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
+        "does to the compiled step.",
+        *_compared(result, device, labels, note=why),
+        *_unrolls(result),
+        "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
+        "Python loop over K device-resident batches. This adds each call's dispatch, which "
+        "decides the small batches.",
+        "",
+        *_compared(result, call, labels, note=same_device),
+        *_image(images, "step_time", sized),
+    )
+
+
+def _unrolls(result: dict[str, Any]) -> list[str]:
+    unrolls = {
+        s["unroll"] for _, bt in batches_by_size(result) for s in bt["epoch"] if s["unroll"] > 1
+    }
+    if not unrolls:
+        return []
+
+    def get(batch, unroll):
+        return (scan_row(batch, REFERENCE, unroll) or {}).get("vs_unroll_1")
+
+    labels = {u: f"unroll {u}" for u in sorted(unrolls)}
+
+    def size(batch, unroll):  # the compiled loop's size, where the run recorded it
+        a, b = ((scan_row(batch, REFERENCE, u) or {}).get("hlo") for u in (unroll, 1))
+        if not (a and b):
+            return None
+        return (
+            f"its compiled loop: {a['instructions']:,} instructions against {b['instructions']:,}"
+        )
+
+    why = {labels[u]: {b: size(bt, u) for b, bt in batches_by_size(result)} for u in labels}
+    return [
+        "Pure JAX's scan with `lax.scan(..., unroll=u)`, per step, against `unroll=1`:",
+        "",
+        *_compared(result, get, labels, note=why),
+    ]
+
+
+def _vs_fast(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """The path ``label``'s time per call against its fast path's, with its interval."""
+    return (path_row(batch, label) or {}).get("vs_fast", {}).get("step")
+
+
+def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
+    rows = {r["label"]: r for _, batch in batches_by_size(result) for r in batch["paths"]}
+    # every idiomatic path that is not its implementation's fast path
+    labels = {w: path_label(r) for w, r in rows.items() if r["path"] not in (FAST, SAME_AS_FAST)}
+    if not labels:
+        return []
+
+    def extra(batch, label):
+        return f", {path_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
+
+    def work(label):  # one note for every batch size: the wrapper's extra µs, smallest to largest
+        extra = sorted(
+            r["vs_fast"]["extra_us"]
+            for _, bt in batches_by_size(result)
+            if (r := path_row(bt, label))
+        )
+        span = f"{extra[0]:+,.0f} to {extra[-1]:+,.0f} µs a call"
+        return f"the wrapper's own work around the step, {span}"
+
+    why = {
+        shown: dict.fromkeys(dict(batches_by_size(result)), work(label))
+        for label, shown in labels.items()
+    }
+    return _part(
+        f"{h} The frameworks' own jit wrappers",
+        "Per call, each framework's idiomatic step (as its documentation writes it) against the "
+        "same implementation's fast path, with the extra time per call (median against median).",
+        *_compared(result, _vs_fast, labels, note=why, extra=extra),
+    )
+
+
+def _overhead(result: dict[str, Any], h: str) -> list[str]:
+    def cell(batch, label):
+        e = fast_row(batch, label).get("empty_step_us")
+        return f"{number(e['median'])} ({number(e['min'])}–{number(e['max'])})" if e else "-"
+
+    return _part(
+        f"{h} What one call costs",
+        "µs per call of an *empty step*: a jitted function that takes the fast path's train state "
+        "(donated), the batch and the key and hands back the state and zero metrics, computing "
+        "nothing (median, fastest–slowest round).",
+        _grid(result, cell, {i: impl_label(i) for i in impls_measured(result)}),
+    )
+
+
+def _compile(result: dict[str, Any], h: str) -> list[str]:
+    batches = batches_by_size(result)
+    times = ("trace_s", "lower_s", "compile_s", "first_call_s")
+    rows = []
+    for r in batches[-1][1]["paths"]:
+        if r.get("same_as_fast"):
+            continue
+        seen = [(path_row(bt, r["label"]) or {}) for _, bt in batches]
+        cells = [sorted(x[t] for x in seen if x.get(t) is not None) for t in times]
+        rows.append([path_label(r), *(_spread_cell(c) for c in cells)])
+    b, first = batches[0]
+    groups = programs(result)
+    fast = [r for r in first["paths"] if r["path"] == FAST and r.get("hlo")]
+    ref = (fast_row(first, REFERENCE).get("hlo") or {}).get("fingerprint")
+    hlo = [
+        [
+            impl_label(r["impl"]),
+            number((r.get("flops") or 0) / 1e6, 1),
+            megabytes(r.get("bytes_accessed")),
+        ]
+        + [str(r["hlo"].get(count, "-")) for count in ("fusions", "copies", "transposes")]
+        + [
+            "= pure JAX"
+            if ref and r["hlo"].get("fingerprint") == ref
+            else r["hlo"].get("fingerprint", "-")
+        ]
+        for r in fast
+    ]
+    return _part(
+        f"{h} Compile time and what XLA compiled",
+        f"Seconds, median over the {len(batches)} batch sizes (fastest–slowest): a fast path's "
+        "`trace`, `lower` and `compile` after `jax.clear_caches()`, "
+        + (
+            "the order of the paths rotating from batch size to batch size so that none always "
+            "compiles first"
+            if "technique_batches" in result["settings"]
+            else "pure JAX first at every batch size (this run's harness did not rotate the order: "
+            "pure JAX's slowest compile may hold the process's first-compile costs)"
+        )
+        + "; a wrapper's first call, split by JAX's own compile events.",
+        markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
+        f"The fast paths' optimized HLO at batch {b}: MFLOP and bytes per step (`cost_analysis`), "
+        "fusions, copies, transposes, and the program's fingerprint (a hash of the HLO without "
+        "its names and source locations: equal fingerprints are one program, run as the same "
+        "kernels on the same buffers).",
+        "",
+        markdown_table(
+            ["fast path", "MFLOP", "bytes", "fusions", "copies", "transposes", "program"],
+            hlo,
+            "lrrrrrl",
+        ),
+        *([groups, ""] if groups else []),
+    )
+
+
+def _spread_cell(values: list[float]) -> str:
+    """``median (fastest–slowest)`` of sorted ``values``."""
+    if len(values) < 2:
+        return number(values[0], 2) if values else "-"
+    return (
+        f"{number(statistics.median(values), 2)} ({number(values[0], 2)}–{number(values[-1], 2)})"
+    )
+
+
+def _moved(row: dict[str, Any]) -> str:
+    """Bytes per step, and their share of the spec's minimum (exact: no interval)."""
+    share = row.get("traffic")
+    return megabytes(row.get("bytes_accessed")) + (f" ({100 * share:.0f}%)" if share else "")
+
+
+def _percent(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "-"
+    span = f" ({_pct(entry['low'])}–{_pct(entry['high'])})" if entry.get("low") else ""
+    return f"{_pct(entry['ratio'])}{span}"
+
+
+def _roof(result: dict[str, Any], h: str) -> list[str]:
+    batches, n = batches_by_size(result), result["settings"]["roof_size"]
+    params = parameter_count(result["settings"]["model"])
+    if not all(bt.get("bandwidth") for _, bt in batches):  # measured before the roofline
+        rows = [[str(b), number(bt["roof"]["gflops_per_s"])] for b, bt in batches]
+        return _part(
+            f"{h} Against the matmul roof",
+            f"This run timed a float32 {n}x{n} matmul only, no bandwidth: no roofline.",
+            markdown_table(["batch", "roof GFLOP/s"], rows, "rr"),
+        )
+    impls = {i: impl_label(i) for i in impls_measured(result)}
+
+    def fraction(batch, impl):
+        return _percent((scan_row(batch, impl) or {}).get("bound_fraction"))
+
+    rates = {
+        "matmul GFLOP/s": lambda bt: number(bt["roof"]["peak_gflops_per_s"]),
+        "bandwidth GB/s": lambda bt: number(bt["bandwidth"]["gb_per_s"]),
+        "the spec's minimum": lambda bt: megabytes(bt["minimum_bytes"]),
+    }
+    return _part(
+        f"{h} Against the roofline",
+        "A step takes at least the larger of its FLOPs at the matmul rate and its bytes at the "
+        "memory bandwidth (the roofline of Williams, Waterman and Patterson, 2009), FLOPs and "
+        "bytes from the `cost_analysis` of its compiled fast path. Both rates are timed in the "
+        f"same rounds as the steps: a jitted float32 {n}x{n} matmul, and a streaming Adam-like "
+        f"update (4 reads, 3 writes) over float32 buffers of the {params:,} parameters' size, "
+        "called from Python (its dispatch counts against it); each rate is its fastest round's, "
+        "what the machine showed it can do. The spec's minimum is what any "
+        f"step must move: {PASSES_WORDS} and the batch read once; activations are left out, so "
+        "it bounds the small batches closely and the large ones loosely.",
+        _grid(result, lambda bt, key: rates[key](bt), {k: k for k in rates}),
+        "Bytes each fast path moves per step, and their share of the spec's minimum (100 % "
+        "is the minimum):",
+        "",
+        _grid(result, lambda bt, impl: _moved(fast_row(bt, impl)), impls),
+        "Device time's share of the roofline's bound: the bound over the step's device time "
+        "(100 % is the bound; interval over the rounds):",
+        "",
+        _grid(result, fraction, impls),
+    )
+
+
+PASSES_WORDS = (
+    "11 passes over the float32 parameters (read forward and backward, the gradient written and "
+    "read once for the clipping norm, Adam's four reads and three writes)"
+)
+
+
+def _techniques(result: dict[str, Any], h: str) -> list[str]:
+    parts = result.get("techniques") or []
+    if not parts:
+        return []
+    rows = []
+    for part in parts:
+        for r in sorted(part["rows"], key=lambda r: r["technique"] == FAST):  # the fast path last
+            fast = r["technique"] == FAST
+            times = [
+                f"{number(r[t]['median'])} µs" if fast else ratio(r["vs_fast"][t])
+                for t in ("step_us", "scan_us")
+            ]
+            name = "fast path" if fast else f"`{r['technique']}`"
+            counts = [str(r["hlo"].get(k, "-")) for k in ("fusions", "transposes")]
+            rows.append([name, str(part["batch_size"]), *times, _moved(r), *counts])
+    return _part(
+        f"{h} Pure JAX's step, written other ways",
+        "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
+        "its bytes per step (and their share of the spec's minimum), fusions and transposes; the "
+        "fast path's own times in its row. The docs' page *Making the step fast* reads them style "
+        "by style.",
+        markdown_table(
+            ["written", "batch", "per call", "device time", "bytes", "fusions", "transposes"],
+            rows,
+            "lrrrrrr",
+        ),
+    )
+
+
+def _precision(result: dict[str, Any], h: str) -> list[str]:
+    parts = result.get("precision") or []
+    if not parts:
+        return []
+    impls = list(dict.fromkeys(r["impl"] for p in parts for r in p["rows"]))
+    bf16 = [{r["impl"]: r for r in p["rows"] if r["dtype"] == "bfloat16"} for p in parts]
+    rows = [
+        [impl_label(i), *(ratio(b[i]["vs_float32"]) if i in b else "-" for b in bf16)]
+        for i in impls
+    ]
+    header = ["bfloat16 / float32", *(f"batch {p['batch_size']}" for p in parts)]
+    return _part(
+        f"{h} bfloat16 against float32",
+        "Per call, each fast path with `compute_dtype` bfloat16 against the same path in float32 "
+        "(parameters and Adam in float32 both ways), the two interleaved.",
+        markdown_table(header, rows, "l" + "r" * len(parts)),
+    )
+
+
+def _parallel(result: dict[str, Any], h: str) -> list[str]:
+    data = result.get("data_parallel")
+    if not data or not data["rows"]:
+        return []
+    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+    cases = sorted(
+        {(r["mechanism"], r["devices"]) for r in data["rows"] if r["mechanism"] != "none"}
+    )
+    cell = {(r["impl"], r["mechanism"], r["devices"]): r for r in data["rows"]}
+    rows = [
+        [f"{m} x{n}", *(ratio(cell.get((i, m, n), {}).get("vs_serial")) for i in impls)]
+        for m, n in cases
+    ]
+    note = (
+        f" **{data['note']}**: this shows what each mechanism costs, not how it scales."
+        if data.get("note")
+        else ""
+    )
+    return _part(
+        f"{h} Data parallelism",
+        f"The step `cvae train --data-parallel` runs, at global batch {data['batch_size']}, as a "
+        f"ratio to the same implementation's serial step.{note}",
+        markdown_table(["mechanism", *map(impl_label, impls)], rows, "l" + "r" * len(impls)),
+    )
+
+
+# --- making the step fast -------------------------------------------------------------------------
+
+FAST_STEP_FILE = "fast_step.md"  # words written by hand, its tables between fast-step markers
+
+
+def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
+    """The tables of ``docs/fast_step.md`` from one result: ``block -> lines`` (empty where the
+    result did not measure it)."""
+    impls = {i: impl_label(i) for i in impls_measured(result)}
+
+    def in_scan(batch, impl):
+        return (scan_row(batch, impl) or {}).get("vs_loop")
+
+    one = "one dispatch for the K steps instead of one a step"
+    dispatch = {shown: {b: one for b, _ in batches_by_size(result)} for shown in impls.values()}
+
+    groups = programs(result)
+    blocks = {
+        "programs": [groups] if groups else [],
+        "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
+        "techniques": _techniques(result, "#")[4:],
+        "precision": _precision(result, "#")[4:],
+    }
+    for impl in ("flax_nnx", "equinox", "keras"):
+        labels = {
+            r["label"]: path_label(r)
+            for r in batches_by_size(result)[0][1]["paths"]
+            if r["impl"] == impl and r["path"] not in (FAST, SAME_AS_FAST)
+        }
+        blocks[impl] = _compared(result, _vs_fast, labels) if labels else []
+    return blocks
+
+
+def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
+    """Each block of ``doc`` (``<!-- fast-step:NAME:begin -->`` ... ``end``) filled with its
+    table from every result that measured it, each under the line that names its machine."""
+    blocks = [fast_step_blocks(result) for result in results]
+    for name in blocks[0] if blocks else ():
+        parts = [
+            f"On the {backend_name(result)} ({provenance(result)}):\n\n" + "\n".join(b[name])
+            for result, b in zip(results, blocks, strict=True)
+            if b[name]
+        ]
+        text = "\n".join(parts).rstrip() or "Not measured in the committed results."
+        begin, end = f"<!-- fast-step:{name}:begin -->", f"<!-- fast-step:{name}:end -->"
+        write_between_markers(doc, begin, end, text)
