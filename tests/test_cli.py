@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from cvae_rosetta.app import distributed, train
-from cvae_rosetta.cli import FIELD_FLAGS, FLAGS, build_parser, in_flags, main
+from cvae_rosetta.cli import build_parser, main
+from cvae_rosetta.cli.flags import FLAGS
+from cvae_rosetta.cli.messages import FIELD_FLAGS, in_flags
 from cvae_rosetta.spec.config import SECTIONS, Config, ModelConfig
 
 FAST = ["--epochs", "2", "--batch-size", "128", "--no-progress", "--latent-dim", "4"]

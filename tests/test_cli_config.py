@@ -23,6 +23,7 @@ from run_helpers import TINY, train
 import cvae_rosetta
 from cvae_rosetta import cli
 from cvae_rosetta.app import configfile
+from cvae_rosetta.cli.flags import CHOICES, FLAGS, resolve_config
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -146,7 +147,7 @@ def test_every_kind_of_config_file(tmp_path, kind):
         whole["model"].update(SMALL["model"])
         whole["train"].update(SMALL["train"])
         path.write_text(json.dumps({"command": "train", "impl": "pure_jax", "config": whole}))
-    resolved = cli.resolve_config(parse("train", "--config", str(path), "--epochs", "2"))
+    resolved = resolve_config(parse("train", "--config", str(path), "--epochs", "2"))
     assert resolved.config.model.latent_dim == 4 and resolved.config.model.encoder_dims == (8,)
     assert resolved.config.train.epochs == 2  # the flag wins
     assert resolved.sources["model.latent_dim"] == str(path)
@@ -209,8 +210,8 @@ def test_print_config_shows_each_value_and_where_it_came_from(tmp_path, capsys):
     assert lines["# input_dim"].endswith("# from the data")  # decided by the data set
     # the text is a config file: read back, it is the same config
     printed = toml_file(tmp_path / "printed.toml", text)
-    again = cli.resolve_config(parse("train", "--config", str(printed)))
-    assert again.config == cli.resolve_config(parse(*argv)).config
+    again = resolve_config(parse("train", "--config", str(printed)))
+    assert again.config == resolve_config(parse(*argv)).config
     assert tomllib.loads(text)["model"]["latent_dim"] == 8
 
 
@@ -287,8 +288,8 @@ def test_help_shows_types_and_choices(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for flag, (section, field, _, _) in cli.FLAGS.items():
-        choices = cli.CHOICES.get(f"{section}.{field}")
+    for flag, (section, field, _, _) in FLAGS.items():
+        choices = CHOICES.get(f"{section}.{field}")
         shown = "{" + ",".join(choices) + "}" if choices else None
         assert f"{flag} {shown or ''}".strip() in text
     assert "--latent-dim INT" in text and "--beta FLOAT" in text
@@ -319,7 +320,7 @@ def test_an_empty_width_is_refused(tmp_path, capsys, flag, value):
 
 
 def test_no_decoder_layers_is_still_an_empty_list():
-    assert cli.resolve_config(parse("train", "--decoder-dims", "")).config.model.decoder_dims == ()
+    assert resolve_config(parse("train", "--decoder-dims", "")).config.model.decoder_dims == ()
 
 
 @pytest.mark.parametrize(

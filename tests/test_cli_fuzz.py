@@ -22,7 +22,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvae_rosetta.cli import FLAGS, main
+from cvae_rosetta.cli import main
+from cvae_rosetta.cli.flags import FLAGS
 
 # synthetic: 8x8 pixels, 10 classes; a small model unless the drawn flags say otherwise (the last
 # value of a flag wins)
