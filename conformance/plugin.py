@@ -27,14 +27,15 @@ Asked, it also points JAX's persistent compilation cache at pytest's cache folde
 ``--compilation-cache`` says otherwise (a folder, or ``off``): the suite's time is compilation, and
 a repeated run reads back every program that did not change. The previous settings are restored at
 the end of the session. Once the last check of a module of the suite has run, it drops JAX's
-in-memory caches of compiled programs, which otherwise hold most of a run's memory.
+in-memory caches of compiled programs, which otherwise hold most of a run's memory (how the suite
+compiles: :mod:`cvae_rosetta.conformance.compilation`).
 
 A run of the suite's checks writes a machine-readable report (``--conformance-report``, default
 ``conformance-report.json`` in the working directory): per implementation and per check,
 ``passed``, ``failed``, ``skipped``, ``skipped: earlier layer failed`` or ``not applicable`` (a
 check of a capability the implementation does not have, see
 :func:`cvae_rosetta.conformance.common.require`), every check's layer, each implementation's
-diagnosis, and the versions behind each implementation.
+diagnosis, and the versions behind each implementation (:mod:`cvae_rosetta.conformance.report`).
 """
 
 from __future__ import annotations
@@ -43,12 +44,30 @@ import contextlib
 import os
 import platform
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from cvae_rosetta.conformance import layers
+from cvae_rosetta.conformance.compilation import (
+    CACHE_SETTINGS,
+    FULLY_OPTIMIZED,
+    OPTIMIZATIONS,
+    SAME_PROGRAM_BACKENDS,
+    cache_dir,
+    fully_optimized,
+    near_the_mapping_limit,
+    release_compiled_programs,
+)
+from cvae_rosetta.conformance.report import (
+    EARLIER,
+    STATUSES,
+    contents,
+    diagnosis,
+    diagnosis_line,
+    names_of,
+    outcome,
+)
 from cvae_rosetta.files import write_json
 
 # The installed suite: this plugin's own folder (``cvae_rosetta/conformance``).
@@ -57,30 +76,7 @@ PACKAGE = "cvae_rosetta.conformance"
 
 _IMPLS_KEY = pytest.StashKey[dict]()
 _STATE_KEY = pytest.StashKey["_State"]()
-NOT_APPLICABLE = "not applicable"
-EARLIER = "an earlier layer failed"  # the reason of a check skipped by --first-layer: EARLIER: L
-SKIPPED_EARLIER = "skipped: earlier layer failed"  # its outcome in the report
-NO_MESSAGE = "the check's assertion failed without a message"
-_STATUSES = ("passed", "failed", "skipped", SKIPPED_EARLIER, NOT_APPLICABLE)
 PRECISION = "jax_default_matmul_precision"
-# XLA's optimisation of the programs the suite compiles: most of it off by default (a check compiles
-# each program once and runs it a few times, and compiling is most of a run's time), full under
-# --full-optimization, and full for the modules marked FULLY_OPTIMIZED on every backend but the
-# CPU. On the CPU, turning it off changes only LLVM's code generation, not the program XLA
-# optimises to (tests/test_optimization.py compares the two), so numerics there are the training
-# run's.
-OPTIMIZATIONS = "jax_disable_most_optimizations"
-FULLY_OPTIMIZED = "fully_optimized"
-SAME_PROGRAM_BACKENDS = ("cpu",)  # where most optimisations off leaves the optimised HLO as it is
-
-
-def fully_optimized(*, marked: bool, everything: bool, backend: str) -> bool:
-    """Whether a check's programs compile with XLA's full optimisation: everything under
-    --full-optimization; a check marked ``fully_optimized`` where turning optimisations off would
-    change the program (every backend but those of ``SAME_PROGRAM_BACKENDS``); none otherwise."""
-    return everything or (marked and backend not in SAME_PROGRAM_BACKENDS)
-
-
 # The suite's hypothesis settings (keyword arguments of ``hypothesis.settings``), applied to its own
 # property tests only, over whatever settings they would otherwise have.
 _HEALTH = ("too_slow", "function_scoped_fixture")
@@ -211,7 +207,7 @@ def _asked(config: pytest.Config) -> bool:
             return True
         if _in_suite(here / arg):
             return True
-        # with --pyargs, a module named from a folder above the suite's (conformance.test_spec)
+        # with --pyargs, a module named from a folder above the suite's (conformance.test_loss)
         module = here.joinpath(*arg.split(".")[:-1], arg.rpartition(".")[2] + ".py")
         if config.option.pyargs and _DOTTED.fullmatch(arg) and _in_suite(module):
             return True
@@ -250,36 +246,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # --- JAX's persistent compilation cache -----------------------------------------------------------
-# The suite's time is compilation (a passing run spends most of it in XLA). A repeated run on the
-# same machine, the usual loop while porting an implementation, reads every program it compiled
-# before from JAX's persistent cache instead; only what changed compiles again. Every program is
-# kept, the many tiny ones of eager (op-by-op) calls included: the plugin drops JAX's in-memory
-# caches after each module (see _last_of_their_module), and a first run then reads back from disk
-# what an earlier module compiled instead of compiling it again (1,476 compilations of a passing
-# run become 826).
-CACHE_SETTINGS = {
-    "jax_compilation_cache_dir": None,  # set to the folder
-    "jax_persistent_cache_min_compile_time_secs": 0.0,  # every program, however small
-    "jax_persistent_cache_min_entry_size_bytes": 0,
-}
-
-
-def _cache_dir(config: pytest.Config) -> str | None:
-    """The folder for JAX's persistent compilation cache in this session, or None: ``off``; or
-    ``auto`` where JAX has one configured already (``JAX_COMPILATION_CACHE_DIR``) or pytest's
-    cache is disabled (``-p no:cacheprovider``)."""
-    choice = str(config.getoption("compilation_cache")).strip()
-    if choice.lower() == "off":
-        return None
-    if choice.lower() != "auto":
-        return str(Path(choice).expanduser().resolve())
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or getattr(config, "cache", None) is None:
-        return None
-    return str(config.cache.mkdir("cvae_rosetta_jax"))
+# For the session, with JAX's settings of it put back at its end (why and where: compilation.py).
 
 
 def _use_compilation_cache(config: pytest.Config, state: _State) -> None:
-    folder = _cache_dir(config)
+    folder = cache_dir(config)
     if folder is None:
         return
     import jax
@@ -370,7 +341,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not impls:
         lines.append("  no implementation installed")
     elif len(impls) < 2:
-        lines.append("  pairwise checks (test_cross.py): need two implementations, not collected")
+        lines.append(
+            "  pairwise checks (test_pairwise.py): need two implementations, not collected"
+        )
     if state.first_layer:
         lines.append("  --first-layer: checks of later layers skipped after a failure")
     if state.cache_dir:
@@ -424,7 +397,7 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
     _activate(config)  # collecting inside the suite: it is asked for
     if path.parent.resolve() != SUITE:
         return None
-    if path.name == "test_cross.py":
+    if path.name == "test_pairwise.py":
         return len(_impls(config)) < 2 or None
     if path.name == "meta_tests" and path.is_dir():
         return not _named_explicitly(path.resolve(), config) or None
@@ -446,7 +419,7 @@ def _is_check(item: pytest.Item) -> bool:
 
 
 def _layer(item: pytest.Item) -> str:
-    return layers.layer_of(Path(item.path).stem, getattr(item, "originalname", item.name))
+    return layers.layer_of(Path(item.path).stem)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -608,7 +581,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem):
     if state is None or not state.active:
         return result
     if item in _last_of_their_module(item.session, state) or near_the_mapping_limit():
-        _release_compiled_programs()
+        release_compiled_programs()
     return result
 
 
@@ -623,107 +596,11 @@ def _last_of_their_module(session: pytest.Session, state: _State) -> set[pytest.
     return state.last_of_module
 
 
-# Every compiled program holds memory mappings, of which a Linux process may have
-# ``vm.max_map_count`` (65,530 by default): XLA's compiler crashes (SIGSEGV) at the limit. One
-# hypothesis-driven check under ``--thorough`` compiles enough programs for ~40,000, so the caches
-# are dropped after any check that leaves more than half the limit, not only at a module's end.
-MAPS, MAX_MAP_COUNT = Path("/proc/self/maps"), Path("/proc/sys/vm/max_map_count")
-
-
-def mappings() -> int | None:
-    """How many memory mappings this process holds (None: not Linux)."""
-    try:
-        with MAPS.open("rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return None
-
-
-def mapping_limit() -> int:
-    try:
-        return int(MAX_MAP_COUNT.read_text())
-    except (OSError, ValueError):
-        return 65530
-
-
-def near_the_mapping_limit() -> bool:
-    held = mappings()
-    return held is not None and held > mapping_limit() // 2
-
-
-def _release_compiled_programs() -> None:
-    """Drop JAX's in-memory caches of compiled programs once the last check of a module of the suite
-    has run: no later check needs its programs, and kept, they are most of a run's memory (2.2 GB
-    at the end of a passing run against 1.5 GB dropped, measured on two cores)."""
-    import jax
-
-    jax.clear_caches()
-
-
-# --- the machine-readable report ------------------------------------------------------------------
+# --- the machine-readable report (cvae_rosetta.conformance.report) --------------------------------
 
 
 def _names_of(item: pytest.Item) -> list[tuple[str, str]]:
-    """``(implementation, check id)`` pairs a test item reports for."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return []
-    impls = item.config.stash.get(_IMPLS_KEY, {})
-    by_id = {id(obj): name for name, obj in impls.items()}
-    # from the item, not its node id: a module outside the rootdir has no path in its node id
-    check = getattr(item, "originalname", item.name.split("[")[0])
-    if getattr(item, "cls", None) is not None:
-        check = f"{item.cls.__name__}::{check}"
-    module = Path(item.path).name
-    pairs = []
-    if "impl" in callspec.params:
-        name = by_id.get(id(callspec.params["impl"]))
-        rest = [p for p in callspec.id.split("-") if p != name] if name else []
-        pairs.append((name, f"{module}::{check}" + (f"[{'-'.join(rest)}]" if rest else "")))
-    # with one implementation, the pairwise parametrisation is empty: pytest's NOTSET, skipped
-    if isinstance(callspec.params.get("impl_pair"), tuple):
-        a, b = (by_id.get(id(obj)) for obj in callspec.params["impl_pair"])
-        extra = callspec.id.replace(f"{a}-{b}", "").strip("-")
-        suffix = f"-{extra}" if extra else ""
-        pairs.append((a, f"{module}::{check}[with {b}{suffix}]"))
-        pairs.append((b, f"{module}::{check}[with {a}{suffix}]"))
-    return [(n, c) for n, c in pairs if n]
-
-
-_RAISED = re.compile(r"^([A-Za-z_][\w.]*)(?::(.*))?$")
-
-
-def plain_message(text: str) -> str:
-    """What a failure saw, as a sentence: the first meaningful line of its exception's message,
-    without ``AssertionError:`` and without pytest's ``assert ...`` introspection (a bare
-    ``assert`` gives :data:`NO_MESSAGE`)."""
-    lines = [line.strip() for line in str(text).splitlines()]
-    lines = [line for line in lines if line]
-    if not lines:
-        return NO_MESSAGE
-    first, rest = lines[0], lines[1:]
-    raised = _RAISED.match(first)  # "SomeError: ..." or a bare "SomeError"
-    if raised and (raised.group(2) is not None or raised.group(1)[:1].isupper()):
-        kind, said = raised.group(1).rpartition(".")[2], (raised.group(2) or "").strip()
-    else:  # the text as it is
-        kind, said = "", first
-    if kind in ("AssertionError", "Failed", ""):
-        if not said and rest and not rest[0].startswith(("assert ", "+", "where ")):
-            said = rest[0]  # numpy.testing: "AssertionError: \nNot equal to tolerance ..."
-        if not said or said.startswith("assert ") or said == "assert":
-            return NO_MESSAGE
-    else:  # another exception: what it was raised with
-        said = f"raised {kind}" + (f": {said}" if said else "")
-    return said if len(said) <= 300 else said[:297] + "..."
-
-
-def _message(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        return plain_message(crash.message)
-    if isinstance(report.longrepr, tuple):
-        return plain_message(str(report.longrepr[-1]))
-    return plain_message(str(report.longrepr))
+    return names_of(item, item.config.stash.get(_IMPLS_KEY, {}))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -733,19 +610,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if state is None or not state.active or not _is_check(item):
         return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        message = None
-        if report.passed:
-            status = "passed"
-        elif report.skipped:
-            reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-            if NOT_APPLICABLE in reason:
-                status = NOT_APPLICABLE
-            elif reason.startswith(f"Skipped: {EARLIER}") or reason.startswith(EARLIER):
-                status = SKIPPED_EARLIER
-            else:
-                status = "skipped"
-        else:
-            status, message = "failed", _message(report)
+        status, message = outcome(report)
         layer = _layer(item)
         for name, check in _names_of(item):
             state.results.setdefault(name, {})[check] = status
@@ -761,80 +626,12 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
-def diagnosis(checks: dict[str, dict]) -> dict | None:
-    """The failure to fix first among an implementation's failures (``check -> {"outcome",
-    "layer", "message"}`` in the order they ran): the first failed check of the earliest layer
-    that failed. The others are counted, not explained: they may follow from it, or be failures
-    of their own."""
-    failed = [(check, e) for check, e in checks.items() if e["outcome"] == "failed"]
-    if not failed:
-        return None
-    check, entry = min(failed, key=lambda f: layers.RANK[f[1]["layer"]])  # the first of the lowest
-    return {
-        "layer": entry["layer"],
-        "layer_description": layers.describe(entry["layer"]),
-        "check": check,
-        "message": entry.get("message") or NO_MESSAGE,
-        "later_failures": len(failed) - 1,
-    }
-
-
-def diagnosis_line(name: str, found: dict) -> str:
-    later = found["later_failures"]
-    follow = (
-        "no later failures"
-        if not later
-        else "1 later failure (fix this one first: it may follow from it)"
-        if later == 1
-        else f"{later} later failures (fix this one first: they may follow from it)"
-    )
-    check = found["check"].rpartition("::")[2]
-    return (
-        f"cvae-rosetta diagnosis: {name}: layer {found['layer']!r} ({found['layer_description']}): "
-        f"{check}: {found['message']}; {follow}"
-    )
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = _state(config)
     if state is None or not state.results:  # none of the suite's checks ran
         return
-    import jax
-
-    from cvae_rosetta.spec.protocol import framework_of
-
-    impls = {}
-    for name, impl in config.stash.get(_IMPLS_KEY, {}).items():
-        if isinstance(impl, Exception):
-            continue
-        framework, version = framework_of(impl)
-        impls[name] = {
-            "name": impl.name,
-            "framework": framework,
-            "version": version,
-            "diagnosis": diagnosis(state.checks.get(name, {})),
-        }
-    report = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "python": platform.python_version(),
-        "first_layer": state.first_layer,
-        "layers": [{"name": n, "description": d} for n, d in layers.LAYERS],
-        "implementations": impls,
-        "summary": {
-            name: {s: sum(1 for v in checks.values() if v == s) for s in _STATUSES}
-            for name, checks in state.results.items()
-        },
-        "results": state.results,
-        # per implementation, every check in the order it ran, with its layer (a list: the keys
-        # of the report are written sorted)
-        "checks": {
-            name: [{"check": check, **entry} for check, entry in checks.items()]
-            for name, checks in state.checks.items()
-        },
-    }
+    report = contents(config.stash.get(_IMPLS_KEY, {}), state)
     path = Path(config.getoption("conformance_report")).expanduser()
     write_json(path, report, sort_keys=True, newline=False, parents=True)
     state.written = str(path)
@@ -848,7 +645,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for name, checks in state.results.items():
         counts = ", ".join(
             f"{sum(1 for v in checks.values() if v == s)} {s}"
-            for s in _STATUSES
+            for s in STATUSES
             if any(v == s for v in checks.values())
         )
         terminalreporter.write_line(f"{name}: {counts}")

@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from cvae_rosetta.spec.config import LossConfig
+
 F64 = np.float64
+DEFAULT_LOSS = LossConfig()  # Bernoulli, beta 1
 
 
 def as64(tree: Any) -> Any:
@@ -88,14 +91,16 @@ class Result:
 
 
 def loss_and_grad(
-    params, x, c, eps, *, num_classes: int, kind: str = "bernoulli", beta: float = 1.0
+    params, x, c, eps, *, num_classes: int, loss: LossConfig = DEFAULT_LOSS
 ) -> Result:
-    """The loss of SPEC section 4 for noise ``eps`` and its exact gradient, all in float64.
+    """The loss of SPEC section 4 (``loss``: its kind and beta) for noise ``eps`` and its exact
+    gradient, all in float64.
 
     Stable at the edges ``test_edges`` checks: the Bernoulli term is the softplus form
     ``max(l, 0) - l x + log1p(exp(-|l|))`` and its gradient ``sigmoid(l) - x`` (``sigmoid`` never
     exponentiates a positive number), finite for any finite logit; ``exp(logvar)`` is finite in
     float64 up to logvar = 709."""
+    kind, beta = loss.kind, loss.beta
     p = as64(params)
     x = np.asarray(x, F64)
     eps = np.asarray(eps, F64)

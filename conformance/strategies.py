@@ -563,8 +563,8 @@ def _layer(tree: Canonical, group: str, index: int | None) -> dict:
 
 
 @st.composite
-def mutated_params(draw, model: ModelConfig, params: Canonical) -> BadTree:
-    """``params`` (canonical for ``model``) with one thing wrong: a layer dropped or added, a
+def mutated_params(draw, params: Canonical) -> BadTree:
+    """``params`` (canonical for their model) with one thing wrong: a layer dropped or added, a
     kernel or a bias of the wrong shape (a transposed kernel among them), a key missing or extra,
     a leaf in another float dtype."""
     tree = _copy_tree(params)

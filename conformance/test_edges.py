@@ -19,7 +19,7 @@ step of where it was.
 Cheap by design: the suite's small model, one compilation per implementation, loss kind and compute
 dtype (the edges are values, not shapes), every check of a case reading one cached call.
 
-Tolerances. float32: the loss and its terms as in ``test_spec`` (``RTOL``; the terms are sums of
+Tolerances. float32: the loss and its terms as in ``test_loss`` (``RTOL``; the terms are sums of
 |logit|-sized numbers without cancellation); gradients to ``rtol 1e-4`` per entry with an absolute
 floor of 1e-5 of the largest entry of the same leaf (a float32 gradient entry is accurate to about
 fan_in u of the magnitudes summed into it, and at the edges one leaf's gradient can be 1e6 times
@@ -51,10 +51,10 @@ import pytest
 
 from cvae_rosetta.conformance import reference
 from cvae_rosetta.conformance.common import (
-    KL_NOTES,
     MODEL,
     RTOL,
     B,
+    Hints,
     at_path,
     copy_to_host,
     fresh,
@@ -66,6 +66,7 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
+from cvae_rosetta.conformance.mistakes import KL_NOTES
 from cvae_rosetta.spec.config import Config, LossConfig
 
 # numerics as a training run compiles them: XLA's full optimisation for every program here, except
@@ -139,7 +140,12 @@ def expected(kind: str, edge: str) -> reference.Result:
     batch = suite_batch(7)
     eps = spec_noise(jax.random.key(11), B, MODEL.latent_dim)
     return reference.loss_and_grad(
-        edge_params(edge), batch.x, batch.c, eps, num_classes=MODEL.num_classes, kind=kind
+        edge_params(edge),
+        batch.x,
+        batch.c,
+        eps,
+        num_classes=MODEL.num_classes,
+        loss=LossConfig(kind),
     )
 
 
@@ -177,7 +183,7 @@ def test_loss_and_metrics_at_the_edges(impl, dtype, kind, edge):
         ('metrics["loss"]', metrics["loss"], ref.loss, {}),
         ('the step\'s metrics["loss"]', step_metrics["loss"], ref.loss, {}),
     ):
-        message = mismatch(got, want, f"{what} {at}", rtol=rtol, atol=1e-6, **hints)
+        message = mismatch(got, want, f"{what} {at}", rtol=rtol, atol=1e-6, hints=Hints(**hints))
         _check(message, got, kind, edge)
 
 

@@ -234,6 +234,13 @@ def script(name: str) -> str:
     return path
 
 
+# the modules of the layers from the surface to training, but for properties, edges and precision
+SPEC_LAYERS = ("surface", "shapes", "forward", "loss", "gradients", "step", "jit", "bad_input")
+SPEC_MODULES = tuple(
+    f"cvae_rosetta.conformance.test_{layer}" for layer in (*SPEC_LAYERS, "training")
+)
+
+
 def suite(
     root: Path,
     target: str,
@@ -306,7 +313,7 @@ def test_the_filled_template_passes_the_suite_and_trains(tmp_path):
     # The spec checks (forward, loss, gradients, step against the float64 reference, bad input): the
     # whole suite runs on every implementation of the repository in its own tox environment; here
     # the point is that an outside package loads, runs and passes, within the unit tests' budget.
-    result = suite(tmp_path, TARGET, timeout=600, modules=("cvae_rosetta.conformance.test_spec",))
+    result = suite(tmp_path, TARGET, timeout=600, modules=SPEC_MODULES)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
     header = [line for line in output.splitlines() if line.strip().startswith(f"impl {TARGET}:")]
@@ -445,7 +452,7 @@ def test_a_raw_refusal_worded_outside_the_grammar_fails(tmp_path):
         "reworded_pkg.raw_impl:implementation",
         *("-k", "test_bad_batches_are_refused and (NaN or Inf)"),
         timeout=300,
-        modules=("cvae_rosetta.conformance.test_spec",),
+        modules=("cvae_rosetta.conformance.test_bad_input",),
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]  # 1: tests failed (not a usage error)

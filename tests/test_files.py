@@ -169,7 +169,8 @@ def test_every_output_has_the_umask_permissions(tmp_path, capsys):
         # the suite's report, from a real pytest run of two spec checks (in parallel with the rest)
         suite = subprocess.Popen(
             [
-                *(sys.executable, "-m", "pytest", "--pyargs", "cvae_rosetta.conformance.test_spec"),
+                *(sys.executable, "-m", "pytest"),
+                *("--pyargs", "cvae_rosetta.conformance.test_surface"),
                 *("--impl", "pure_jax", "-p", "no:cacheprovider", "-q"),
                 *("-k", "test_protocol_surface or test_canonical_round_trip"),
             ],

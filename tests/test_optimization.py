@@ -9,7 +9,7 @@ both loss kinds, is the same optimised HLO module (every fusion, every rewrite o
 simplifier) with and without the setting. What differs is LLVM's optimisation of the generated
 code, which rounds differently (contracted multiply-adds, vectorised loops) but computes the same
 operations. If a JAX or XLA release changes that, this test fails and the plugin's choice for the
-CPU (``plugin.SAME_PROGRAM_BACKENDS``) must change with it.
+CPU (``compilation.SAME_PROGRAM_BACKENDS``) must change with it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from cvae_rosetta.conformance import common
 from cvae_rosetta.conformance.common import MODEL, B, spec_noise, suite_batch, suite_params
-from cvae_rosetta.conformance.plugin import (
+from cvae_rosetta.conformance.compilation import (
     OPTIMIZATIONS,
     SAME_PROGRAM_BACKENDS,
     fully_optimized,

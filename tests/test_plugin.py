@@ -21,19 +21,32 @@ from pathlib import Path
 import pytest
 
 from cvae_rosetta.conformance import layers
-from cvae_rosetta.conformance.plugin import (
+from cvae_rosetta.conformance.plugin import SUITE
+from cvae_rosetta.conformance.report import (
     NO_MESSAGE,
     SKIPPED_EARLIER,
-    SUITE,
     diagnosis,
     diagnosis_line,
     plain_message,
 )
 
 # a line of -v: "::test_name[params] PASSED [  3%]" (a module outside the rootdir has no path in
-# its node id; the checks of test_spec and test_meta_gaps are all in layers.CHECKS by name)
+# its node id: a check's layer is found from its name, see suite_checks)
 VERBOSE = re.compile(r"^\S*::(test_\w+)(?:\[.*?\])? (?:PASSED|FAILED|SKIPPED|ERROR)", re.M)
 BROKEN = "cvae_rosetta.conformance.meta_tests.broken:loss_summed_over_batch"
+# the modules of the layers from the surface to training, but for properties, edges and precision
+UP_TO_TRAINING = (
+    "test_surface",
+    "test_shapes",
+    "test_forward",
+    "test_loss",
+    "test_gradients",
+    "test_step",
+    "test_later_steps",
+    "test_jit",
+    "test_bad_input",
+    "test_training",
+)
 
 
 def run_pytest(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -52,6 +65,16 @@ def run_pytest(root: Path, *args: str, timeout: float = 300) -> subprocess.Compl
         text=True,
         timeout=timeout,
     )
+
+
+def suite_checks() -> dict[str, str]:
+    """Every check of the suite (its function's name) -> its module's name (``test_loss``)."""
+    found = {}
+    for path in sorted(SUITE.glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                found[node.name] = path.stem
+    return found
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -205,7 +228,7 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
             """,
         },
     )
-    checks = ("test_spec::test_protocol_surface", "test_spec::test_canonical_round_trip")
+    checks = ("test_surface::test_protocol_surface", "test_surface::test_canonical_round_trip")
     result = run_pytest(
         tmp_path,
         *("-p", "probe", "--impl", "pure_jax", "--pyargs"),
@@ -222,8 +245,8 @@ def test_asked_with_impl_the_suite_runs_with_its_settings_confined_to_its_checks
 
     report = json.loads((tmp_path / "conformance-report.json").read_text())
     assert report["results"]["pure_jax"] == {
-        "test_spec.py::test_protocol_surface": "passed",
-        "test_spec.py::test_canonical_round_trip": "passed",
+        "test_surface.py::test_protocol_surface": "passed",
+        "test_surface.py::test_canonical_round_trip": "passed",
         "test_properties.py::test_encode_and_decode_match_reference": "skipped",
         "test_precision.py::test_matmuls_take_the_compute_dtype[small]": "passed",
         "test_precision.py::test_matmuls_take_the_compute_dtype[784]": "passed",
@@ -283,7 +306,7 @@ def test_a_repeated_run_reads_its_programs_from_the_compilation_cache(tmp_path):
     """``--compilation-cache DIR``: the first run writes JAX's persistent cache there, the second
     reads it; ``off`` uses none; JAX's own setting is back after the session."""
     write(tmp_path, {"cacheprobe.py": CACHE_PROBE})
-    check = "cvae_rosetta.conformance.test_spec::test_step_traces_once_for_equal_configs"
+    check = "cvae_rosetta.conformance.test_jit::test_step_traces_once_for_equal_configs"
     folder = tmp_path / "jax-cache"
 
     def run(choice: str) -> dict:
@@ -320,26 +343,25 @@ def test_a_repeated_run_reads_its_programs_from_the_compilation_cache(tmp_path):
 
 
 def test_the_conformance_report_feeds_the_docs_matrix(tmp_path, monkeypatch):
-    """The report keeps the fields the docs build reads (``docs_build/hooks.py``)."""
+    """The report keeps the fields the docs build reads (``docs_build/conformance_report.py``)."""
     root = Path(__file__).resolve().parent.parent
-    hooks_path = root / "docs_build" / "hooks.py"
-    if not hooks_path.is_file():
-        pytest.skip("no docs_build/hooks.py next to the tests")
-    import importlib.util
+    docs_build = root / "docs_build"
+    if not (docs_build / "conformance_report.py").is_file():
+        pytest.skip("no docs_build/conformance_report.py next to the tests")
+    import importlib
 
     result = run_pytest(
         tmp_path,
-        *("--impl", "pure_jax", "--pyargs", "cvae_rosetta.conformance.test_spec"),
+        *("--impl", "pure_jax", "--pyargs", "cvae_rosetta.conformance.test_surface"),
         *("-k", "test_protocol_surface or test_canonical_round_trip"),
         timeout=180,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    spec = importlib.util.spec_from_file_location("_docs_hooks", hooks_path)
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    monkeypatch.setenv(hooks.REPORT_ENV, str(tmp_path / "conformance-report.json"))
-    matrix = hooks.conformance_matrix()
-    assert "`spec`: protocol surface | ✓ |" in matrix, matrix
+    monkeypatch.syspath_prepend(str(docs_build))  # its modules import each other plainly
+    docs_report = importlib.import_module("conformance_report")
+    monkeypatch.setenv(docs_report.REPORT_ENV, str(tmp_path / "conformance-report.json"))
+    matrix = docs_report.conformance_matrix()
+    assert "`surface`: protocol surface | ✓ |" in matrix, matrix
     assert "| **all** | 2 passed |" in matrix, matrix
 
 
@@ -352,11 +374,9 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
     result = run_pytest(
         tmp_path,
         *("--impl", BROKEN, "--first-layer", "-v", "-rs"),
-        *(
-            "--pyargs",
-            "cvae_rosetta.conformance.test_spec",
-            "cvae_rosetta.conformance.test_meta_gaps",
-        ),
+        # the modules in the order of their names, not of their layers
+        "--pyargs",
+        *(f"cvae_rosetta.conformance.{name}" for name in sorted(UP_TO_TRAINING)),
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
@@ -371,7 +391,7 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
     report = json.loads((tmp_path / "conformance-report.json").read_text())
     found = report["implementations"][BROKEN]["diagnosis"]
     assert found["layer"] == "loss" and found["layer_description"] == layers.describe("loss")
-    assert found["check"] == "test_spec.py::test_loss_matches_reference[bernoulli-1.0]"
+    assert found["check"] == "test_loss.py::test_loss_matches_reference[bernoulli-1.0]"
     assert found["later_failures"] == 1 and found["message"], found
     assert report["first_layer"] is True
 
@@ -379,11 +399,11 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
     ranks = [layers.RANK[c["layer"]] for c in checks]
     assert ranks == sorted(ranks), [(c["check"], c["layer"]) for c in checks]  # layer order
     names = [c["check"] for c in checks]
-    # checks of two modules interleaved by layer: the clipping check (step) of test_meta_gaps runs
-    # between test_spec's gradients and its jit checks, not after all of test_spec
-    clipping = names.index("test_meta_gaps.py::test_clipping_is_applied_before_adam")
-    assert names.index("test_spec.py::test_gradients_match_reference[mse]") < clipping
-    assert clipping < names.index("test_spec.py::test_jitted_step_equals_eager_step")
+    # the modules' checks in the order of their layers, not of the modules' names: the clipping
+    # check (step) runs between the gradients' and the jit checks
+    clipping = names.index("test_step.py::test_clipping_is_applied_before_adam")
+    assert names.index("test_gradients.py::test_gradients_match_reference[mse]") < clipping
+    assert clipping < names.index("test_jit.py::test_jitted_step_equals_eager_step")
     for check in checks:
         rank = layers.RANK[check["layer"]]
         if rank <= layers.RANK["forward"]:
@@ -396,8 +416,9 @@ def test_first_layer_diagnoses_a_broken_loss_and_skips_the_later_layers(tmp_path
     # -v lists them in the order they ran: the same order
     ran = VERBOSE.findall(output)
     assert len(ran) == len(checks), ran
-    assert all(name in layers.CHECKS for name in ran), ran
-    ran_ranks = [layers.RANK[layers.CHECKS[name]] for name in ran]
+    modules = suite_checks()
+    assert all(name in modules for name in ran), ran
+    ran_ranks = [layers.RANK[layers.layer_of(modules[name])] for name in ran]
     assert ran_ranks == sorted(ran_ranks), ran
 
 
@@ -431,17 +452,17 @@ def test_plain_message(message, expected):
 
 def test_diagnosis_names_the_first_failure_of_the_earliest_layer():
     checks = {
-        "test_spec.py::a": {"outcome": "passed", "layer": "surface"},
+        "test_surface.py::a": {"outcome": "passed", "layer": "surface"},
         "test_properties.py::p": {"outcome": "failed", "layer": "properties", "message": "p"},
-        "test_spec.py::f1": {"outcome": "failed", "layer": "forward", "message": "first"},
-        "test_spec.py::f2": {"outcome": "failed", "layer": "forward", "message": "second"},
-        "test_spec.py::g": {"outcome": "failed", "layer": "gradients", "message": "g"},
+        "test_forward.py::f1": {"outcome": "failed", "layer": "forward", "message": "first"},
+        "test_forward.py::f2": {"outcome": "failed", "layer": "forward", "message": "second"},
+        "test_gradients.py::g": {"outcome": "failed", "layer": "gradients", "message": "g"},
     }
     found = diagnosis(checks)
     assert found == {
         "layer": "forward",
         "layer_description": layers.describe("forward"),
-        "check": "test_spec.py::f1",
+        "check": "test_forward.py::f1",
         "message": "first",
         "later_failures": 3,
     }
@@ -450,19 +471,16 @@ def test_diagnosis_names_the_first_failure_of_the_earliest_layer():
         "(encode and decode against the float64 reference): f1: first; "
         "3 later failures (fix this one first: they may follow from it)"
     )
-    assert diagnosis({"test_spec.py::a": {"outcome": "passed", "layer": "surface"}}) is None
+    assert diagnosis({"test_surface.py::a": {"outcome": "passed", "layer": "surface"}}) is None
 
 
 def test_every_check_of_the_suite_has_a_layer():
-    """Each module of the suite has a layer, and every check named in ``layers.CHECKS`` exists."""
-    defined: dict[str, str] = {}
+    """Each module of the suite has a layer in ``layers.MODULES``, and each layer its module."""
     for path in sorted(SUITE.glob("test_*.py")):
         assert path.stem in layers.MODULES, f"{path.name} has no layer in layers.MODULES"
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                defined[node.name] = path.stem
-    assert not set(layers.CHECKS) - set(defined), sorted(set(layers.CHECKS) - set(defined))
-    assert set(layers.MODULES.values()) | set(layers.CHECKS.values()) <= set(layers.NAMES)
+    missing = sorted(set(layers.MODULES) - {path.stem for path in SUITE.glob("test_*.py")})
+    assert not missing, f"layers.MODULES names modules the suite does not have: {missing}"
+    assert set(layers.MODULES.values()) <= set(layers.NAMES)
     assert len(set(layers.NAMES)) == len(layers.NAMES)
 
 

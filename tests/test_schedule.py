@@ -243,7 +243,7 @@ def _refusing(where: str):
 def test_the_schedule_check_is_not_applicable_to_an_implementation_that_refuses_them(where):
     """A ``ConfigError`` from ``from_canonical`` or the first ``train_step`` of a scheduled config
     reports the conformance suite's schedule check as not applicable, never as passed."""
-    from cvae_rosetta.conformance import test_schedules as schedules
+    from cvae_rosetta.conformance import test_later_steps as schedules
 
     check = schedules.test_train_step_follows_the_learning_rate_schedule
     with pytest.raises(pytest.skip.Exception, match="^not applicable: .*optim.schedule="):

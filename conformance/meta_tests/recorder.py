@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from cvae_rosetta.conformance import layers, plugin
+from cvae_rosetta.conformance import compilation, layers
 from cvae_rosetta.conformance.meta_tests.runner import check_id, layer_of_check
 
 STOPPED = "meta tests: not run, an earlier check of this implementation failed"
@@ -63,7 +63,7 @@ class _State:
         self.phases: dict[str, list[pytest.TestReport]] = {}  # nodeid -> its reports so far
         self.independent: list[str] = []  # nodeids of the checks that take no implementation
         self.caught: set[str] = set()
-        self.mapping_limit = plugin.mapping_limit()
+        self.mapping_limit = compilation.mapping_limit()
         self.start = time.time()
 
     def write(self, **event) -> None:
@@ -76,7 +76,7 @@ _SESSION: list[_State] = []
 
 
 def _keep_within_the_mapping_limit(state: _State) -> None:
-    before = plugin.mappings()
+    before = compilation.mappings()
     if before is None or before <= state.mapping_limit // 2:
         return
     import gc
@@ -85,7 +85,9 @@ def _keep_within_the_mapping_limit(state: _State) -> None:
 
     jax.clear_caches()
     gc.collect()
-    state.write(event="caches_cleared", mappings_before=before, mappings_after=plugin.mappings())
+    state.write(
+        event="caches_cleared", mappings_before=before, mappings_after=compilation.mappings()
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -195,9 +197,9 @@ def _message(report: pytest.TestReport) -> str:
 
 def first_line(message: str) -> str:
     """The failure as the conformance plugin's diagnosis shows it: its message's first meaningful
-    line, without ``AssertionError:`` (``plain_message`` of the plugin, where it has one)."""
+    line, without ``AssertionError:`` (``plain_message`` of the report, where it has one)."""
     try:
-        from cvae_rosetta.conformance.plugin import plain_message
+        from cvae_rosetta.conformance.report import plain_message
     except ImportError:
         plain_message = None
     if plain_message is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pkgutil
 import shlex
 import subprocess
 import sys
@@ -115,8 +114,8 @@ class SuiteRun:
 
 
 def check_id(classname: str, name: str, target: str | None) -> str:
-    """``cvae_rosetta.conformance.test_spec`` + ``test_x[TARGET-mse-1.0]`` ->
-    ``test_spec::test_x[mse-1.0]`` (``target`` None: a check that takes no implementation,
+    """``cvae_rosetta.conformance.test_loss`` + ``test_x[TARGET-mse-1.0]`` ->
+    ``test_loss::test_x[mse-1.0]`` (``target`` None: a check that takes no implementation,
     parameters kept as they are)."""
     module = classname.rpartition(".")[2]
     base, bracket, params = name.partition("[")
@@ -130,9 +129,8 @@ def check_id(classname: str, name: str, target: str | None) -> str:
 
 
 def layer_of_check(check: str) -> str:
-    """The layer of a check id (``test_spec::test_x[mse-1.0]``)."""
-    module, _, name = check.partition("::")
-    return layers.layer_of(module, name)
+    """The layer of a check id (``test_loss::test_x[mse-1.0]``)."""
+    return layers.layer_of(check.partition("::")[0])
 
 
 def label_of(target: str) -> str:
@@ -141,15 +139,10 @@ def label_of(target: str) -> str:
 
 
 def modules() -> tuple[str, ...]:
-    """Every per-implementation module of the suite (``test_cross``, of pairs, is not one), in
-    the order ``pytest --pyargs cvae_rosetta.conformance`` collects them: by name. (Within a layer
-    the checks run in this order, so the cause a run names is the one a user's run names.)"""
-    found = {
-        f"conformance.{m.name}"
-        for m in pkgutil.iter_modules(conformance.__path__)
-        if m.name.startswith("test_") and m.name != "test_cross"
-    }
-    return tuple(sorted(found))
+    """Every per-implementation module of the suite (``test_pairwise``, of pairs, is not one), in
+    the order of their layers (``layers.MODULES``), the order in which a user's run runs their
+    checks."""
+    return tuple(f"conformance.{m}" for m, layer in layers.MODULES.items() if layer != "pairwise")
 
 
 def command(
@@ -279,18 +272,23 @@ def _environment(report: Path) -> dict[str, str]:
     return env
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How each session of :func:`run_suites` runs: whether it stops each target at its first
+    failing check, how long a target may take (the session's bound is this times its number of
+    targets), and more pytest arguments."""
+
+    first_failure: bool
+    timeout: float
+    extra: tuple[str, ...]
+
+
 def _sessions(
-    groups: list[list[str]],
-    directory: Path,
-    names: list[str],
-    reference: str,
-    *,
-    first_failure: bool,
-    timeout: float,
-    extra: tuple[str, ...],
+    groups: list[list[str]], directory: Path, names: list[str], reference: str, options: Options
 ) -> dict[str, SuiteRun]:
     """Run one session per group, side by side; ``reference`` is the reference in the group that
     holds it."""
+    first_failure, timeout, extra = options.first_failure, options.timeout, options.extra
     sessions = []
     for name, group in zip(names, groups, strict=True):
         record = directory / f"{name}.jsonl"
@@ -347,14 +345,14 @@ def run_suites(
         groups = [[targets[0]], *(targets[1 + i :: workers - 1] for i in range(workers - 1))]
     else:
         groups = [targets[i::workers] for i in range(workers)]
-    options = dict(first_failure=first_failure, timeout=timeout, extra=tuple(extra))
+    options = Options(first_failure, timeout, tuple(extra))
     names = [f"session-{i}" for i in range(len(groups))]
-    runs = _sessions(groups, directory, names, targets[0], **options)
+    runs = _sessions(groups, directory, names, targets[0], options)
     crashed = [t for t in targets if runs[t].returncode not in (0, 1, None)]
     for i in range(0, len(crashed), workers):  # each alone, ``workers`` at a time
         again = crashed[i : i + workers]
         names = [f"session-again-{label_of(t)}" for t in again]
-        runs |= _sessions([[t] for t in again], directory, names, targets[0], **options)
+        runs |= _sessions([[t] for t in again], directory, names, targets[0], options)
     for target in targets:
         runs[target].save(directory / f"{label_of(target)}.json")
     return {target: runs[target] for target in targets}

@@ -143,12 +143,12 @@ def test_the_pieces_unchanged_are_the_reference():
 def test_check_ids_leave_out_the_implementation():
     target = f"{broken.__name__}:kl_missing_half"
     assert (
-        check_id("cvae_rosetta.conformance.test_spec", f"test_a[{target}]", target)
-        == "test_spec::test_a"
+        check_id("cvae_rosetta.conformance.test_loss", f"test_a[{target}]", target)
+        == "test_loss::test_a"
     )
     assert (
-        check_id("cvae_rosetta.conformance.test_spec", f"test_b[{target}-mse-1.0]", target)
-        == "test_spec::test_b[mse-1.0]"
+        check_id("cvae_rosetta.conformance.test_loss", f"test_b[{target}-mse-1.0]", target)
+        == "test_loss::test_b[mse-1.0]"
     )
     assert check_id("cvae_rosetta.conformance.test_x", "test_c[small-pure_jax]", "pure_jax") == (
         "test_x::test_c[small]"
@@ -164,17 +164,16 @@ def test_runs_cover_every_module_of_the_suite():
 
     found = {m.name for m in pkgutil.iter_modules(conformance.__path__) if m.name[:5] == "test_"}
     named = [name.rpartition(".")[2] for name in modules()]
-    assert len(named) == len(set(named)) and set(named) == found - {"test_cross"}
+    assert len(named) == len(set(named)) and set(named) == found - {"test_pairwise"}
 
 
 def test_every_check_of_the_suite_has_its_layer():
-    """Each check's layer is named in ``layers.CHECKS`` or by its module in ``layers.MODULES``:
-    none falls back to the default silently, so the order runs and diagnoses follow is the one
-    meant."""
+    """Each check's layer is named by its module in ``layers.MODULES``: none falls back to the
+    default silently, so the order runs and diagnoses follow is the one meant."""
     from cvae_rosetta.conformance import layers
     from cvae_rosetta.conformance.meta_tests.runner import modules
 
-    for module in (*modules(), "conformance.test_cross"):
+    for module in (*modules(), "conformance.test_pairwise"):
         name = module.rpartition(".")[2]
         tests = [
             attribute
@@ -183,7 +182,7 @@ def test_every_check_of_the_suite_has_its_layer():
         ]
         assert tests, module
         for test in tests:
-            assert test in layers.CHECKS or name in layers.MODULES, f"{name}::{test} has no layer"
+            assert name in layers.MODULES, f"{name}::{test} has no layer"
 
 
 @pytest.mark.parametrize("name", SELECTED)
@@ -261,13 +260,13 @@ def test_the_diagnosis_is_the_first_failure_of_the_earliest_layer():
     from cvae_rosetta.conformance.meta_tests.runner import runs_from_record
 
     events = _record(
-        ("b", "test_spec::test_train_step_matches_reference_update[optim0]", "failed", "call"),
-        ("b", "test_spec::test_loss_matches_reference[mse-1.0]", "failed", "call"),
-        ("b", "test_spec::test_loss_matches_reference[mse-3.0]", "failed", "call"),
+        ("b", "test_step::test_train_step_matches_reference_update[optim0]", "failed", "call"),
+        ("b", "test_loss::test_loss_matches_reference[mse-1.0]", "failed", "call"),
+        ("b", "test_loss::test_loss_matches_reference[mse-3.0]", "failed", "call"),
         ("b", "test_properties::test_encode_and_decode_match_reference", "failed", "call"),
     )
     run = runs_from_record(["a", "b"], events, 1, "output")["b"]
-    check = "test_spec::test_loss_matches_reference[mse-1.0]"
+    check = "test_loss::test_loss_matches_reference[mse-1.0]"
     assert run.diagnosis == ("loss", check, f"{check} failed")
 
 
@@ -296,13 +295,13 @@ def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeyp
 
     import jax
 
-    from cvae_rosetta.conformance import plugin
+    from cvae_rosetta.conformance import compilation
     from cvae_rosetta.conformance.meta_tests import recorder
 
     cleared, events = [], []
     monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(1))
     maps = tmp_path / "maps"
-    monkeypatch.setattr(plugin, "MAPS", maps)
+    monkeypatch.setattr(compilation, "MAPS", maps)
     state = types.SimpleNamespace(mapping_limit=20, write=lambda **event: events.append(event))
     maps.write_text("mapping\n" * 10)
     recorder._keep_within_the_mapping_limit(state)
@@ -310,6 +309,6 @@ def test_the_recorder_clears_jax_caches_near_the_mapping_limit(tmp_path, monkeyp
     maps.write_text("mapping\n" * 11)
     recorder._keep_within_the_mapping_limit(state)
     assert cleared == [1] and events[0]["event"] == "caches_cleared"
-    monkeypatch.setattr(plugin, "MAPS", tmp_path / "absent")  # not Linux: nothing to watch
+    monkeypatch.setattr(compilation, "MAPS", tmp_path / "absent")  # not Linux: nothing to watch
     recorder._keep_within_the_mapping_limit(state)
     assert cleared == [1]

@@ -1,14 +1,21 @@
-"""The learning-rate schedules (``optim.schedule``) against the float64 reference, step by step.
+"""The ``later_steps`` layer: the second and later steps against the float64 reference optimiser,
+its state carried along, at the constant rate and under the learning-rate schedules (SPEC section
+5).
 
-Every other optimiser check runs at the constant rate, so an implementation that never reads
-``optim.schedule`` passes them and trains at the wrong rate under ``cvae train --schedule
-warmup_cosine``. Here a ``warmup_cosine`` and a ``cosine`` config short enough to be walked end to
-end within a few steps (the warm-up from 0, the peak, the cosine tail and the floor at
-``end_learning_rate``) are stepped with the implementation's ``train_step``; after every step its
-parameters must equal one step of the float64 reference optimiser (``reference.adamw_step``, the
-schedules written from their formulas, no optax) from where the implementation was, with the
-reference's Adam state carried along. The rate of step ``t`` is the schedule's at count ``t - 1``,
-the number of steps already taken.
+The first check was added because a deliberately broken implementation passed the rest of the
+suite (``conformance/meta_tests``; ``docs/meta_tests.md`` lists which bug each check catches): the
+first step of a fresh Adam equals the first step of an Adam whose state never advances; only the
+second and later steps tell them apart.
+
+The learning-rate schedules (``optim.schedule``): every other optimiser check runs at the constant
+rate, so an implementation that never reads ``optim.schedule`` passes them and trains at the wrong
+rate under ``cvae train --schedule warmup_cosine``. Here a ``warmup_cosine`` and a ``cosine``
+config short enough to be walked end to end within a few steps (the warm-up from 0, the peak, the
+cosine tail and the floor at ``end_learning_rate``) are stepped with the implementation's
+``train_step``; after every step its parameters must equal one step of the float64 reference
+optimiser (``reference.adamw_step``, the schedules written from their formulas, no optax) from
+where the implementation was, with the reference's Adam state carried along. The rate of step
+``t`` is the schedule's at count ``t - 1``, the number of steps already taken.
 
 A failure names the schedule, the step and its phase, and, where the parameters moved as the
 reference's update at another rate would move them, that rate and the mistake it shows (the
@@ -17,12 +24,14 @@ constant rate: the schedule is ignored; the count read after the step; the cosin
 
 Schedules are a capability an implementation may decline: one that refuses a scheduled config with
 a ``ConfigError`` (or a ``ValueError`` naming ``optim.schedule``) from ``from_canonical`` or its
-first ``train_step``, before computing anything, reports this check as not applicable.
+first ``train_step``, before computing anything, reports the schedule check as not applicable.
 
-The step runs jitted, one program per config, as the other optimiser checks do.
+Both checks run the step jitted, one program per config, as the other optimiser checks do.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -33,19 +42,105 @@ from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     B,
+    Hints,
+    as32,
+    assert_close,
     at_path,
     copy_to_host,
-    epsilon_mistakes,
     mismatch,
     spec_noise,
-    step_mistake,
+    spec_step,
     suite_batch,
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.test_meta_gaps import adam_bound
+from cvae_rosetta.conformance.mistakes import epsilon_mistakes, step_mistake
 from cvae_rosetta.spec.config import OptimConfig
 from cvae_rosetta.spec.errors import ConfigError
+
+LATER_STEPS = 3
+
+
+def adam_bound(t: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """The largest ``|m_hat / sqrt(v_hat)|`` of Adam's step ``t`` over all gradient histories
+    (Cauchy-Schwarz on the two moving averages); 1 at the first step."""
+    ratio = sum((b1 * b1 / b2) ** k for k in range(t))
+    return np.sqrt(1 - b2**t) / (1 - b1**t) * (1 - b1) / np.sqrt(1 - b2) * np.sqrt(ratio)
+
+
+@pytest.mark.parametrize(
+    "optim", [OptimConfig(), OptimConfig(learning_rate=3e-3, clip_norm=0.5, weight_decay=0.1)]
+)
+def test_later_steps_follow_the_reference_optimizer(impl, optim):
+    """Three steps on three batches: each step, from the parameters the implementation reached,
+    equals the reference gradient there fed through the spec's optimiser, whose state the check
+    carries along. Entries whose gradients have been at float32 noise level on every step so far
+    are held only to Adam's bound on an update's size."""
+    config = CONFIG.replace(optim=optim)
+    lr = optim.learning_rate
+    params = copy_to_host(suite_params(42))
+    state = impl.from_canonical(suite_params(42), config)
+    step = jax.jit(impl.train_step)
+    ref_state = None  # the spec's optimiser's, carried along (fresh at the first step)
+    squares = jax.tree.map(lambda p: np.zeros(p.shape), params)  # sum of squared clipped grads
+    for t in range(LATER_STEPS):
+        batch, key = suite_batch(60 + t), jax.random.key(70 + t)
+        before = copy_to_host(impl.to_canonical(state))
+        state, _ = step(state, batch, key)
+        got = impl.to_canonical(state)
+
+        eps = spec_noise(key, B, MODEL.latent_dim)
+        ref = reference.loss_and_grad(before, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
+        norm = np.sqrt(sum(np.sum(g**2) for g in jax.tree.leaves(ref.grads)))
+        clip = min(1.0, optim.clip_norm / norm)
+        squares = jax.tree.map(lambda s, g, c=clip: s + (c * g) ** 2, squares, ref.grads)
+        grads = as32(ref.grads)
+        carried = ref_state  # the reference optimiser's state before this step
+        want, ref_state = spec_step(optim, before, grads, carried)
+        restarted, _ = spec_step(optim, before, grads)
+        if t > 0:
+            # the check has teeth: an Adam restarted at every step would move elsewhere
+            gaps = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)), want, restarted)
+            moved = np.mean(np.concatenate([g.ravel() for g in jax.tree.leaves(gaps)]) > 0.1 * lr)
+            assert moved > 0.1, (
+                f"step {t + 1}: a restarted Adam moves only {moved:.0%} of the entries elsewhere "
+                "than the reference: the check itself cannot tell them apart"
+            )
+
+        masks = jax.tree.map(lambda s: np.sqrt(s) > 1e-3 * np.sqrt(s).max(), squares)
+        mistakes = [
+            (
+                f"step {t + 1} is a fresh Adam's first step from where the implementation was: the "
+                "optimiser state does not advance (the spec's Adam carries its moments and count)",
+                restarted,
+            ),
+            *(
+                (why, spec_step(optim, before, grads, carried, eps=eps)[0])
+                for why, eps in epsilon_mistakes(t + 1)
+            ),
+        ]
+        for path, reliable in jax.tree_util.tree_leaves_with_path(masks):
+            p0, p1, w = (np.asarray(at_path(tree, path)) for tree in (before, got, want))
+            name = f"after step {t + 1}, {jax.tree_util.keystr(path)}"
+            assert_close(
+                p1[reliable],
+                w[reliable],
+                name,
+                rtol=1e-6,
+                atol=1e-3 * lr,
+                against="the reference optimiser's",
+                explain=lambda got=got, mistakes=mistakes, masks=masks: step_mistake(
+                    got, mistakes, masks, 1e-3 * lr
+                ),
+            )
+            bound = lr * adam_bound(t + 1) * (1 + 1e-4)
+            bound = bound + lr * optim.weight_decay * (np.abs(p0) + 1e-6)
+            moved = np.abs(p1 - p0)
+            assert np.all(moved <= bound), (
+                f"{name} moved by up to {moved.max():.3g}{where_max(moved - bound)}; Adam's step "
+                f"{t + 1} moves an entry by at most {bound.max():.3g}"
+            )
+
 
 # warm-up from 0 over steps 1-2, the peak at step 3, the cosine at steps 4-5, the floor from step 6
 WARMUP_COSINE = OptimConfig(
@@ -154,6 +249,22 @@ def _not_applicable(impl, optim: OptimConfig, err: Exception) -> None:
     )
 
 
+class ScheduledStep(NamedTuple):
+    """One step of the schedule check, for the explanation of its failure: its number ``t``, the
+    parameters before and after it, the reference optimiser's step from ``before`` and the
+    reference's loss and gradient there, the entries held to the reference, where the step is, and
+    the tolerance of an update."""
+
+    t: int
+    before: Any
+    got: Any
+    want: reference.Step
+    masks: Any
+    where: str
+    ref: reference.Result
+    atol: float
+
+
 @pytest.mark.parametrize("optim", [WARMUP_COSINE, COSINE], ids=lambda o: o.schedule)
 def test_train_step_follows_the_learning_rate_schedule(impl, optim):
     """Each step of a scheduled config, from the parameters the implementation reached, equals
@@ -206,9 +317,10 @@ def test_train_step_follows_the_learning_rate_schedule(impl, optim):
         where = f"{name}, the parameters after step {t} ({phase(optim, t - 1)}, rate {rate:.4g})"
         atol = 1e-3 * max(rate, 1e-3 * optim.learning_rate)
 
-        def explain(
-            t=t, before=before, got=got, want=want, masks=masks, where=where, ref=ref, atol=atol
-        ):
+        seen = ScheduledStep(t, before, got, want, masks, where, ref, atol)
+
+        def explain(seen=seen):
+            t, before, got, want, masks, where, ref, atol = seen
             why = rate_mistake(optim, t - 1, before, got, want, masks)
             if why is not None:
                 return f"{where} differ from the float64 reference {why}"
@@ -228,8 +340,7 @@ def test_train_step_follows_the_learning_rate_schedule(impl, optim):
                 leaf,
                 rtol=1e-6,
                 atol=atol,
-                against="the float64 reference optimiser's",
-                explain=explain,
+                hints=Hints(against="the float64 reference optimiser's", explain=explain),
             )
             assert message is None, f"{message}\n{detail}"
             bound = rate * adam_bound(t) * (1 + 1e-4)
