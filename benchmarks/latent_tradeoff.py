@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from cvae_rosetta.bench import report, results
-from cvae_rosetta.bench.report import markdown_table, write_between_markers
+from cvae_rosetta.bench import plots, results
+from cvae_rosetta.bench.markdown import markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,15 +84,17 @@ def one_run(impl, dataset, config, classifier, iw_samples: int) -> tuple[dict[st
     import jax.numpy as jnp
 
     from cvae_rosetta.app import evaluate
-    from cvae_rosetta.app.trainer import RunKeys, train
+    from cvae_rosetta.app.run import Control, Job, RunKeys
+    from cvae_rosetta.app.trainer import train
 
     seed, latent = config.train.seed, config.model.latent_dim
     start = time.perf_counter()
     keys = RunKeys.from_seed(seed)
-    result = train(impl, impl.init(keys.init, config), config, dataset, keys, progress=False)
+    job = Job(impl, config, dataset, keys)
+    result = train(job, impl.init(keys.init, config), Control(progress=False))
     trained = time.perf_counter()
     ev = evaluate.evaluate(
-        impl, result.state, dataset, seed, iw_samples=iw_samples, classifier=classifier
+        impl, result.state, dataset, evaluate.EvalSetup(seed, iw_samples, classifier)
     )
     # the evaluation's own draws (EvalKeys.generate), scaled by each temperature
     labels = np.repeat(np.arange(dataset.num_classes, dtype=np.int32), evaluate.GENERATED_PER_CLASS)
@@ -135,14 +137,14 @@ MOSAIC_GAP = 2  # pixels of mid-grey between the images of a samples panel
 def samples_picture(name: str, shape, grids: list[tuple[int, Any]], directory: Path) -> str:
     """Generated mean images, ``SAMPLES_PER_LABEL`` per label (one row per label), one panel per
     latent size, :data:`COLUMNS` panels to a row; drawn for the docs' text column
-    (``report.figure_png``), each image's pixels kept square and unsmoothed."""
+    (``plots.figure_png``), each image's pixels kept square and unsmoothed."""
     h, w = shape
     columns = min(COLUMNS, len(grids))
     rows = math.ceil(len(grids) / columns)
     mosaics = [(latent, *_mosaic(x, c, h, w)) for latent, (x, c) in grids]
     # the panels' height from their width: the mosaics' aspect, with room for the titles
     tall, wide = mosaics[0][1].shape
-    panel = (report.FIGURE_WIDTH - 0.35) / columns * tall / wide
+    panel = (plots.FIGURE_WIDTH - 0.35) / columns * tall / wide
 
     def draw(figure):
         axes = list(figure.subplots(rows, columns, squeeze=False).flat)
@@ -160,7 +162,7 @@ def samples_picture(name: str, shape, grids: list[tuple[int, Any]], directory: P
         figure.suptitle(f"{TITLES.get(name, name)}: sigmoid(decode(z, c)), {what}")
 
     file = f"latent_tradeoff_{name}.png"
-    report.figure_png(directory / file, rows * (panel + 0.38) + 0.35, draw)
+    plots.figure_png(directory / file, rows * (panel + 0.38) + 0.35, draw)
     return file
 
 
@@ -183,6 +185,7 @@ def measure(args: argparse.Namespace, command: list[str]) -> None:
     from cvae_rosetta import cli
     from cvae_rosetta.app import evaluate
     from cvae_rosetta.app.train import fit_to_data
+    from cvae_rosetta.cli.flags import config_from_args
     from cvae_rosetta.spec import protocol
 
     impl = protocol.load(args.impl)
@@ -219,7 +222,7 @@ def measure(args: argparse.Namespace, command: list[str]) -> None:
                 run_command += ["--epochs", str(epochs), "--latent-dim", str(latent)]
                 run_command += ["--seed", str(args.seed)] if args.seed else []
                 flags = cli.build_parser().parse_args(run_command[1:])
-                config, dataset = fit_to_data(*cli.config_from_args(flags))
+                config, dataset = fit_to_data(*config_from_args(flags))
                 run, grid, judge = one_run(impl, dataset, config, classifier, args.iw_samples)
                 if judge is not None:
                     del judge["test_per_class"]
@@ -307,7 +310,7 @@ def table(result: dict[str, Any]) -> str:
 def curve(result: dict[str, Any], path: Path) -> None:
     """Conditional accuracy against -ELBO, one panel per data set through its latent sizes,
     :data:`COLUMNS` to a row, and the legend in the slot after the last panel, never over the
-    data. Drawn for the docs' text column (``report.figure_png``)."""
+    data. Drawn for the docs' text column (``plots.figure_png``)."""
     from matplotlib.ticker import MaxNLocator
 
     sets = result["sets"]
@@ -351,7 +354,7 @@ def curve(result: dict[str, Any], path: Path) -> None:
         figure.supylabel("generated images labelled as requested")
         figure.suptitle("class-faithful generation against the bound, per latent size")
 
-    report.figure_png(path, 2.35 * rows + 0.6, draw)
+    plots.figure_png(path, 2.35 * rows + 0.6, draw)
 
 
 LABEL_PLACES = ((3, 3), (3, -10), (-11, 3), (-11, -10), (3, -21))  # points of offset

@@ -1,5 +1,5 @@
-"""cvae-rosetta: one conditional VAE and one training step in pure JAX, Flax Linen, Flax NNX, Haiku
-and Equinox, behind one protocol, held to one spec.
+"""cvae-rosetta: one conditional VAE and one training step in pure JAX, Flax Linen, Flax NNX, Haiku,
+Equinox and Keras 3, behind one protocol, held to one spec.
 
 The layers, lowest first (each imports only the ones above it in this list):
 

@@ -1,6 +1,6 @@
-"""Checkpoints (``shared/app/checkpoint.py``): the canonical train state, saving and verifying,
-exact resume after SIGKILL and SIGINT, resuming with another framework, damaged checkpoints,
-refusals.
+"""Checkpoints (``shared/app/checkpoint.py``): the canonical train state
+(``shared/app/trainstate.py``), saving and verifying, exact resume after SIGKILL and SIGINT,
+resuming with another framework, damaged checkpoints, refusals.
 
 The runs are tiny (synthetic data, 8 steps per epoch, 4 epochs). Killing a run mid-save is made
 deterministic by the ``CVAE_CHECKPOINT_SLOW_SAVE`` hook: the N-th save sleeps just before its
@@ -39,8 +39,8 @@ from run_helpers import (
     wait_for,
 )
 
-from cvae_rosetta.app import checkpoint, resuming
-from cvae_rosetta.app.trainer import Position, Progress, RunKeys
+from cvae_rosetta.app import checkpoint, resuming, trainstate
+from cvae_rosetta.app.run import Position, Progress, RunKeys
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
 from cvae_rosetta.spec.errors import CheckpointError
@@ -70,7 +70,7 @@ def reference_tree() -> dict:
     step = jax.jit(ref.train_step)
     for t in range(3):
         state, _ = step(state, Batch(x, c), jax.random.key(t))
-    return checkpoint.canonical_state(ref, state)
+    return trainstate.canonical_state(ref, state)
 
 
 # --- the canonical train state -------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_canonical_state_round_trips_exactly_in_every_implementation(name):
     assert int(tree["step"]) == 3 and int(tree["opt_state"]["count"]) == 3
     assert np.any(tree["opt_state"]["nu"]["latent"]["kernel"] > 0)
     impl = protocol.load(name)
-    back = checkpoint.canonical_state(impl, checkpoint.implementation_state(impl, tree, config()))
+    back = trainstate.canonical_state(impl, trainstate.implementation_state(impl, tree, config()))
     flat, flat_back = checkpoint.flatten(tree), checkpoint.flatten(back)
     assert flat.keys() == flat_back.keys()
     for key in flat:
@@ -100,8 +100,8 @@ def test_a_run_starts_from_the_protocols_init_bit_for_bit_though_it_jits_it(name
     wide = Config(model=ModelConfig(encoder_dims=(96, 48), decoder_dims=(48, 96), latent_dim=6))
     for seed, cfg in [(0, config()), (7, wide)]:
         key = jax.random.key(seed)
-        eager = checkpoint.flatten(checkpoint.canonical_state(impl, impl.init(key, cfg)))
-        jitted = checkpoint.flatten(checkpoint.canonical_state(impl, fresh_state(impl, key, cfg)))
+        eager = checkpoint.flatten(trainstate.canonical_state(impl, impl.init(key, cfg)))
+        jitted = checkpoint.flatten(trainstate.canonical_state(impl, fresh_state(impl, key, cfg)))
         assert eager.keys() == jitted.keys()
         for path, array in eager.items():
             assert array.tobytes() == jitted[path].tobytes(), (seed, path)
@@ -122,8 +122,8 @@ def test_moments_land_beside_their_parameters_in_every_framework(name):
         },
     }
     impl = protocol.load(name)
-    state = checkpoint.implementation_state(impl, scaled, config())
-    adam = checkpoint._adam_state(state.opt_state, impl)
+    state = trainstate.implementation_state(impl, scaled, config())
+    adam = trainstate._adam_state(state.opt_state, impl)
     assert int(adam.count) == 3 and int(state.step) == 3
     for factor, moment in ((2, adam.mu), (3, adam.nu)):
         pairs = jax.tree.leaves(jax.tree.map(lambda p, m: (p, m), state.params, moment))
@@ -137,7 +137,7 @@ def test_a_foreign_optimiser_state_is_refused():
     state = ref.init(jax.random.key(0), config())
     bad = state.replace(opt_state=(state.opt_state, state.opt_state))
     with pytest.raises(CheckpointError, match="opt_state: expected the state of SPEC section 5"):
-        checkpoint.canonical_state(ref, bad)
+        trainstate.canonical_state(ref, bad)
 
 
 # --- saving, verifying --------------------------------------------------------------------------

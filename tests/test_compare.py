@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from test_protocol import outside_package, renamed_pure_jax
 
-from cvae_rosetta.app import compare, evaluate, images
+from cvae_rosetta.app import charts, compare, evaluate
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 
@@ -88,13 +88,13 @@ def test_agreeing_curves_are_each_visible(tmp_path):
     }
     runs = ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox"]
     curves = {run: one for run in runs}
-    path = images.comparison_curves(curves, tmp_path / "c.png", reference="pure_jax", title="t")
+    path = charts.comparison_curves(curves, tmp_path / "c.png", reference="pure_jax", title="t")
     shown = colour_pixels(path, runs)
     assert min(shown.values()) >= 1000, shown
-    overlaid = colour_pixels(images.metric_panels(curves, tmp_path / "o.png"), runs)
+    overlaid = colour_pixels(charts.metric_panels(curves, tmp_path / "o.png"), runs)
     assert min(overlaid.values()) < 1000  # the check above tells the two apart
     with pytest.raises(Exception, match="reference: expected one of"):
-        images.comparison_curves(curves, tmp_path / "x.png", reference="nope")
+        charts.comparison_curves(curves, tmp_path / "x.png", reference="nope")
 
 
 def test_a_compare_names_rows_and_folders_by_implementation(tmp_path, monkeypatch, capsys):

@@ -1,11 +1,14 @@
 """``CONTRIBUTING.md`` against the repository: every file it names exists, each recipe names the
 test that guards it, and the built-in recipe names the one list of built-in implementations
 (``pyproject.toml``'s entry points, and ``tox.ini``'s environment for each), which no other file of
-the project's code repeats: everything else reads each implementation's ``ABOUT``."""
+the project's code repeats: everything else reads each implementation's ``ABOUT``. And the recipe
+is the whole truth: every file that names all the built-ins (by name or by label) is one it names,
+by hand or generated, and each generated one with the command that regenerates it."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import subprocess
 import tomllib
@@ -17,6 +20,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 BUILTINS = list(PYPROJECT["project"]["entry-points"]["cvae_rosetta.impls"])
 LISTS = {"pyproject.toml", "tox.ini"}  # the entry points and extras; an environment for each
 PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|md|toml|ini|yml|json))`")
+PLACE = re.compile(r"`((?:[\w.*-]+/)*[\w.*-]+\.(?:py|md|toml|ini|yml|json))`")  # globs too
+COMMAND = re.compile(r"`(?:python|cvae|pytest|tox)\b[^`]*`")
 
 
 def recipes() -> dict[str, str]:
@@ -33,7 +38,8 @@ def tracked() -> list[str]:
 
 
 def test_every_file_named_exists():
-    named = [p for p in PATH.findall(TEXT) if "NAME" not in p and "*" not in p]
+    # NAME, LAYER: a placeholder a recipe asks to fill in
+    named = [p for p in PATH.findall(TEXT) if not re.search(r"[A-Z]{4,}", p) and "*" not in p]
     assert len(named) > 20
     missing = [p for p in named if "/" in p and not (ROOT / p).exists()]
     missing += [p for p in named if "/" not in p and not (ROOT / p).exists() and "." in p]
@@ -42,7 +48,7 @@ def test_every_file_named_exists():
 
 def test_every_recipe_names_the_tests_that_guard_it():
     found = recipes()
-    assert len(found) == 5, list(found)
+    assert len(found) == 6, list(found)
     for name, body in found.items():
         guard = body[body.index("Guarded by:") :]
         assert re.search(r"tests/test_\w+\.py|tox -e \w+", guard), name
@@ -101,3 +107,61 @@ def test_the_guard_sees_a_list_in_every_form():
     assert lists_every_builtin("x.sh", " ".join(BUILTINS))
     rows = "\n".join(f"R{i} = ({n!r}, 'a need')" for i, n in enumerate(BUILTINS))
     assert not lists_every_builtin("x.py", rows)  # a table of rows, each naming one
+
+
+def labels() -> list[str]:
+    """Each built-in's ``ABOUT["label"]``, read from its file as the project reads it."""
+    from cvae_rosetta.spec import protocol
+
+    return [info.about.label for info in protocol.known() if info.builtin]
+
+
+def names_every_builtin(text: str, keys: list[str], names: list[str]) -> bool:
+    """Whether ``text`` names every built-in: by its key (``flax_nnx``) or by its label."""
+    assert keys and names
+    return all(key in text for key in keys) or all(name in text for name in names)
+
+
+def test_the_recipe_names_every_file_that_names_the_built_ins():
+    """A seventh built-in changes every file that names all six: each is named by the recipe (a
+    path, or a glob such as ``docs/topics/*.md``). The project's tests and this guide aside."""
+    names = labels()
+    assert len(names) == len(BUILTINS)
+    body = recipes()["A built-in implementation"]
+    named = set(PLACE.findall(body))
+    places = []
+    for name in tracked():
+        path = ROOT / name
+        if name.startswith("tests/") or name == "CONTRIBUTING.md" or not path.is_file():
+            continue
+        if path.suffix in (".png", ".gz", ".ico", ".woff2"):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if names_every_builtin(text, BUILTINS, names):
+            places.append(name)
+    assert len(places) > 20, places  # the docs pages, the tour, the results, the lists
+    unnamed = [p for p in places if not any(fnmatch.fnmatch(p, glob) for glob in named)]
+    assert unnamed == []
+
+
+def test_each_generated_file_is_named_with_the_command_that_regenerates_it():
+    body = recipes()["A built-in implementation"]
+    generated = body[body.index("Generated,") : body.index("Guarded by:")]
+    bullets = re.split(r"^  - ", generated, flags=re.MULTILINE)[1:]
+    results = {p for p in tracked() if p.startswith("benchmarks/results/") and p.endswith(".json")}
+    names = labels()
+    enumerating = {
+        p for p in results if names_every_builtin((ROOT / p).read_text(), BUILTINS, names)
+    }
+    assert enumerating, results
+    for bullet in bullets:
+        assert COMMAND.search(bullet), bullet
+    covered = {p for bullet in bullets for p in PLACE.findall(bullet.split(":", 1)[0])}
+    assert enumerating <= covered, enumerating - covered
+
+
+def test_the_guard_finds_the_built_ins_by_name_or_by_label():
+    keys, names = ["a_b", "c"], ["A B", "C"]
+    assert names_every_builtin("a_b and c", keys, names)
+    assert names_every_builtin("A B beside C", keys, names)
+    assert not names_every_builtin("a_b beside C", keys, names)

@@ -17,7 +17,7 @@ import pytest
 
 from cvae_rosetta.app import data, evaluate
 from cvae_rosetta.app import rundir as run
-from cvae_rosetta.app.trainer import RunKeys
+from cvae_rosetta.app.run import RunKeys
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig, TrainConfig
@@ -198,12 +198,14 @@ class FixedImages:
 def test_a_prototype_generator_scores_zero_diversity(setup, tmp_path):
     impl, state, dataset = setup
     centroids = np.stack([dataset.train.x[dataset.train.c == k].mean(axis=0) for k in range(10)])
-    right = evaluate.evaluate(FixedImages(impl, centroids), state, dataset, 0, iw_samples=4)
+    right = evaluate.evaluate(
+        FixedImages(impl, centroids), state, dataset, evaluate.EvalSetup(0, iw_samples=4)
+    )
     assert right["diversity"] == pytest.approx(0.0, abs=1e-6)
     assert right["conditional_accuracy"]["mean_images"]["overall"] == 1.0
     assert right["classifier"]["test_accuracy"] > 0.9
     wrong = evaluate.evaluate(
-        FixedImages(impl, centroids, shift=1), state, dataset, 0, iw_samples=4
+        FixedImages(impl, centroids, shift=1), state, dataset, evaluate.EvalSetup(0, iw_samples=4)
     )
     assert wrong["conditional_accuracy"]["mean_images"]["overall"] == 0.0
     assert wrong["conditional_accuracy"]["mean_images"]["per_class"] == [0.0] * 10
@@ -211,7 +213,9 @@ def test_a_prototype_generator_scores_zero_diversity(setup, tmp_path):
 
 def test_evaluate_writes_its_pictures(setup, tmp_path):
     impl, state, dataset = setup
-    result = evaluate.evaluate(impl, state, dataset, 0, iw_samples=2, out=tmp_path)
+    result = evaluate.evaluate(
+        impl, state, dataset, evaluate.EvalSetup(0, iw_samples=2), out=tmp_path
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == [evaluate.GRID_FILE, evaluate.LATENT_FILE]
     assert result["iw_samples"] == 2 and result["latent_dim"] == 3
     assert len(result["unit_variances"]) == 3

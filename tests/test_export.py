@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from run_helpers import fast_outputs
 
-from cvae_rosetta.app import checkpoint, convert, inference
+from cvae_rosetta.app import checkpoint, convert, inference, trainstate
 from cvae_rosetta.app import rundir as run
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
@@ -77,7 +77,7 @@ def test_convert_writes_the_canonical_checkpoint(trained, tmp_path, capsys):
         if not info.installed or not info.builtin:
             continue
         impl = protocol.load(info.name)
-        state = checkpoint.implementation_state(impl, loaded.state, loaded.config)
+        state = trainstate.implementation_state(impl, loaded.state, loaded.config)
         assert int(state.step) == 16
 
 

@@ -226,7 +226,7 @@ def test_bfloat16_is_each_layers_policy_not_the_global_one():
 def test_the_checkpoint_form_round_trips():
     """count, mu and nu read from the optimiser's variables and written back (``opt_state``,
     ``replace``), as ``cvae train`` checkpoints them."""
-    from cvae_rosetta.app.checkpoint import canonical_state, implementation_state
+    from cvae_rosetta.app.trainstate import canonical_state, implementation_state
 
     state = impl.from_canonical(reference_params(jax.random.key(5)), CONFIG)
     for batch, key in steps(2):

@@ -1,4 +1,5 @@
-"""Tests of cvae_rosetta.app.images: every writer makes a PNG of the documented size and content."""
+"""Tests of cvae_rosetta.app.images and cvae_rosetta.app.charts: every writer makes a PNG of the
+documented size and content."""
 
 from __future__ import annotations
 
@@ -10,17 +11,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae_rosetta.app import images
+from cvae_rosetta.app import charts, images
+from cvae_rosetta.app.charts import CURVE_DPI, LEGEND_WIDTH, PANEL_SIZE
 from cvae_rosetta.app.images import (
     BACKGROUND,
     CAPTION_HEIGHT,
     COMBINE_PAD,
-    CURVE_DPI,
     GAP,
     GROUP_GAP,
     LABEL_WIDTH,
-    LEGEND_WIDTH,
-    PANEL_SIZE,
     TITLE_HEIGHT,
 )
 from cvae_rosetta.spec.errors import InputError
@@ -172,7 +171,11 @@ def test_reconstruction_grid_pairs_rows(tmp_path: Path) -> None:
     originals = np.ones((5, 16))
     reconstructions = np.zeros((5, 16))
     out = images.reconstruction_grid(
-        originals, reconstructions, (4, 4), tmp_path / "r.png", scale=2, columns=3
+        originals,
+        reconstructions,
+        (4, 4),
+        tmp_path / "r.png",
+        layout=images.Layout(scale=2, columns=3),
     )
     image = _open(out)
     groups, rows, cols = 2, 4, 3
@@ -191,7 +194,9 @@ def test_reconstruction_grid_pairs_rows(tmp_path: Path) -> None:
 
 def test_reconstruction_grid_default_columns(tmp_path: Path) -> None:
     x = np.zeros((4, 16))
-    image = _open(images.reconstruction_grid(x, x, (4, 4), tmp_path / "r.png", scale=1))
+    image = _open(
+        images.reconstruction_grid(x, x, (4, 4), tmp_path / "r.png", layout=images.Layout(scale=1))
+    )
     assert image.size == (LABEL_WIDTH + 4 * 4 + 5 * GAP, 2 * 4 + 3 * GAP)
 
 
@@ -201,7 +206,7 @@ def test_reconstruction_grid_default_columns(tmp_path: Path) -> None:
         ({"reconstructions": np.zeros((3, 16))}, "reconstructions: expected 4 images"),
         ({"reconstructions": np.zeros((4, 15))}, "reconstructions: expected shape"),
         ({"originals": np.full((4, 16), np.nan)}, "originals: expected finite values"),
-        ({"columns": 0}, "columns: expected an integer >= 1"),
+        ({"layout": images.Layout(columns=0)}, "columns: expected an integer >= 1"),
     ],
 )
 def test_reconstruction_grid_rejects_bad_input(tmp_path: Path, kwargs, message) -> None:
@@ -216,7 +221,7 @@ def test_reconstruction_grid_rejects_bad_input(tmp_path: Path, kwargs, message) 
 
 
 def test_loss_curves_writes_png_of_documented_size(tmp_path: Path) -> None:
-    out = images.loss_curves(_curves(), tmp_path / "sub" / "loss.png", title="loss")
+    out = charts.loss_curves(_curves(), tmp_path / "sub" / "loss.png", title="loss")
     with Image.open(out) as image:
         assert image.format == "PNG"
         assert image.size == (
@@ -228,13 +233,13 @@ def test_loss_curves_writes_png_of_documented_size(tmp_path: Path) -> None:
 
 def test_metric_panels_one_axes_per_metric(tmp_path: Path) -> None:
     curves = _curves(runs=("a", "b", "c"))
-    out = images.metric_panels(curves, tmp_path / "m.png", metrics=["loss", "recon", "kl"])
+    out = charts.metric_panels(curves, tmp_path / "m.png", metrics=["loss", "recon", "kl"])
     with Image.open(out) as image:
         assert image.size == (
             round((3 * PANEL_SIZE[0] + LEGEND_WIDTH) * CURVE_DPI),
             round(PANEL_SIZE[1] * CURVE_DPI),
         )
-    out = images.metric_panels(curves, tmp_path / "m2.png", metrics=["kl"])
+    out = charts.metric_panels(curves, tmp_path / "m2.png", metrics=["kl"])
     with Image.open(out) as image:
         assert image.size[0] == round((PANEL_SIZE[0] + LEGEND_WIDTH) * CURVE_DPI)
     _only(tmp_path, "m.png", "m2.png")
@@ -242,22 +247,22 @@ def test_metric_panels_one_axes_per_metric(tmp_path: Path) -> None:
 
 def test_metric_panels_wraps_rows(tmp_path: Path) -> None:
     curves = {"r": {f"train m{i}": [(0, 1.0), (1, 2.0)] for i in range(4)}}
-    with Image.open(images.metric_panels(curves, tmp_path / "w.png")) as image:
+    with Image.open(charts.metric_panels(curves, tmp_path / "w.png")) as image:
         assert image.size[1] == round(2 * PANEL_SIZE[1] * CURVE_DPI)
 
 
 def test_metric_name() -> None:
-    assert images.metric_name("train loss") == "loss"
-    assert images.metric_name("test_kl") == "kl"
-    assert images.metric_name("Training recon") == "recon"
-    assert images.metric_name("elbo") == "elbo"
+    assert charts.metric_name("train loss") == "loss"
+    assert charts.metric_name("test_kl") == "kl"
+    assert charts.metric_name("Training recon") == "recon"
+    assert charts.metric_name("elbo") == "elbo"
 
 
 def test_curves_do_not_import_pyplot(tmp_path: Path) -> None:
     import sys
 
     before = "matplotlib.pyplot" in sys.modules
-    images.metric_panels(_curves(), tmp_path / "m.png")
+    charts.metric_panels(_curves(), tmp_path / "m.png")
     assert ("matplotlib.pyplot" in sys.modules) == before
 
 
@@ -273,13 +278,13 @@ def test_curves_do_not_import_pyplot(tmp_path: Path) -> None:
 )
 def test_curves_reject_bad_input(tmp_path: Path, curves, message) -> None:
     with pytest.raises(InputError, match=message):
-        images.loss_curves(curves, tmp_path / "bad.png")
+        charts.loss_curves(curves, tmp_path / "bad.png")
     _only(tmp_path)
 
 
 def test_metric_panels_rejects_unknown_metric(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"metrics\[1\]: expected one of .*got 'elbo'"):
-        images.metric_panels(_curves(), tmp_path / "bad.png", metrics=["loss", "elbo"])
+        charts.metric_panels(_curves(), tmp_path / "bad.png", metrics=["loss", "elbo"])
     _only(tmp_path)
 
 
@@ -328,7 +333,7 @@ def test_combine_side_by_side_many_in_rows(tmp_path: Path) -> None:
 
 def test_combine_side_by_side_of_real_grids_and_curves(tmp_path: Path) -> None:
     grid = images.sample_grid(np.ones((2, 64)), np.array([0, 1]), (8, 8), tmp_path / "g.png")
-    curve = images.loss_curves(_curves(), tmp_path / "l.png")  # RGBA, flattened on white
+    curve = charts.loss_curves(_curves(), tmp_path / "l.png")  # RGBA, flattened on white
     out = images.combine_side_by_side([grid, curve], ["grid", "curve"], tmp_path / "g.png")
     assert _open(out).mode == "RGB"  # and the output may replace one of the inputs
     _only(tmp_path, "g.png", "l.png")
@@ -381,7 +386,7 @@ def test_failed_curve_write_leaves_nothing(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     with pytest.raises(KeyboardInterrupt):
-        images.loss_curves(_curves(), tmp_path / "l.png")
+        charts.loss_curves(_curves(), tmp_path / "l.png")
     _only(tmp_path)
 
 

@@ -30,3 +30,17 @@ def test_each_file_builds_one_adapter_named_implementation(path):
     adapter = text.split("# --8<-- [start:adapter]")[1].split("# --8<-- [end:adapter]")[0]
     assert "implementation = Adapter(" in adapter, path.name
     assert text.startswith('"""'), f"{path.name} has no module docstring"
+
+
+ROOT = IMPLS.parent
+MAX_MODULE_LINES = 750  # one idea per module: past this a module holds several
+OWN_CODE = ("shared", "conformance", "impls", "docs_build")
+
+
+def test_no_module_holds_several_ideas():
+    """No module of the package, the suite, the implementations or the docs build is over
+    :data:`MAX_MODULE_LINES` lines: a larger one is split at its seams, one idea each."""
+    modules = [p for folder in OWN_CODE for p in (ROOT / folder).rglob("*.py")]
+    assert len(modules) > 50
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules}
+    assert {name: n for name, n in lines.items() if n > MAX_MODULE_LINES} == {}

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from run_helpers import TINY, TOTAL, assert_same_run, final_state, records, snapshot, train
 
-from cvae_rosetta.app import checkpoint, convert
+from cvae_rosetta.app import checkpoint, convert, trainstate
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
 
@@ -204,13 +204,13 @@ def test_an_own_adam_namedtuple_is_checkpointed_exactly(outside):
     config = tiny_config()
     state = impl.init(jax.random.key(0), config)
     assert type(state.opt_state).__name__ == "OwnAdam"
-    checkpoint.check_checkpointable(impl, state, config)
-    tree = checkpoint.canonical_state(impl, state)
+    trainstate.check_checkpointable(impl, state, config)
+    tree = trainstate.canonical_state(impl, state)
     tree["opt_state"]["count"] = np.int32(5)
     tree["opt_state"]["mu"] = jax.tree.map(lambda a: a + 1, tree["params"])
-    back = checkpoint.implementation_state(impl, tree, config)
+    back = trainstate.implementation_state(impl, tree, config)
     assert type(back).__name__ == "OwnState" and type(back.opt_state).__name__ == "OwnAdam"
-    again = checkpoint.canonical_state(impl, back)
+    again = trainstate.canonical_state(impl, back)
     flat, flat_again = checkpoint.flatten(tree), checkpoint.flatten(again)
     assert flat.keys() == flat_again.keys()
     for key in flat:
@@ -239,7 +239,7 @@ def test_an_own_adam_run_resumes_and_continues_across_implementations(outside, r
     for key in ours:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
     impl = protocol.load(own)
-    state = checkpoint.implementation_state(impl, loaded.state, loaded.config)
+    state = trainstate.implementation_state(impl, loaded.state, loaded.config)
     assert int(state.step) == TOTAL and int(state.opt_state.count) == TOTAL
 
 

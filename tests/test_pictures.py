@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae_rosetta.app import compare, images, resuming, rundir
-from cvae_rosetta.app import train as app_train
+from cvae_rosetta.app import charts, compare, images, resuming, rundir
+from cvae_rosetta.app import run as app_run
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec.errors import OutputError
 
@@ -69,7 +69,11 @@ def test_digits_on_black_are_separate_tiles_at_the_default_scale(tmp_path):
 
 def test_reconstruction_pairs_are_closer_than_groups(tmp_path):
     x = np.zeros((4, 64))
-    image = pixels(images.reconstruction_grid(x, x, (8, 8), tmp_path / "r.png", columns=2))
+    image = pixels(
+        images.reconstruction_grid(
+            x, x, (8, 8), tmp_path / "r.png", layout=images.Layout(columns=2)
+        )
+    )
     column = image[:, images.LABEL_WIDTH + images.GAP + 5]
     down = runs(column)
     assert [background for background, _ in down] == [True, False] * 4 + [True], down
@@ -155,7 +159,7 @@ def lines_of(ax):
 def test_the_test_curve_of_a_run_is_drawn_above_a_light_train_line_in_its_own_colour():
     from matplotlib.colors import to_rgba
 
-    figure = images.metric_figure({"pure_jax": run_curves()}, title="pure_jax on digits")
+    figure = charts.metric_figure({"pure_jax": run_curves()}, title="pure_jax on digits")
     (ax,) = [ax for ax in figure.axes if ax.get_visible()]
     train, (test,) = lines_of(ax)
     raw = next(line for line in train if len(line.get_xdata()) == 200 and line.get_alpha())
@@ -175,7 +179,7 @@ def test_several_runs_keep_a_colour_each_and_their_test_curves_on_top():
     from matplotlib.colors import to_rgba
 
     curves = {"a": run_curves(seed=1), "b": run_curves(seed=2)}
-    figure = images.metric_figure(curves)
+    figure = charts.metric_figure(curves)
     (ax,) = [ax for ax in figure.axes if ax.get_visible()]
     train, test = lines_of(ax)
     assert len(test) == 2 and len({to_rgba(t.get_color()) for t in test}) == 2
@@ -189,7 +193,7 @@ def test_the_compare_curves_name_each_run_once_and_leave_no_slot_empty():
     ...``) and the reference's difference slot held a flat line at 0: nothing to read."""
     names = ["pure_jax", "flax_linen", "equinox"]
     curves = {name: run_curves(seed=k) for k, name in enumerate(names)}
-    figure = images.comparison_figure(curves, reference="pure_jax", title="t")
+    figure = charts.comparison_figure(curves, reference="pure_jax", title="t")
     axes = figure.axes
     assert len(axes) == 2 * len(names)
     for name in names:
@@ -239,9 +243,9 @@ def test_a_resumed_run_draws_its_curves_under_both_names_and_leaves_no_lock(tmp_
     assert main(["train", *TINY, "--out", str(out)]) == 0
     assert not (out / rundir.LOCK_FILE).exists()
     titles = []
-    draw = images.metric_panels
+    draw = charts.metric_panels
     monkeypatch.setattr(
-        images, "metric_panels", lambda *a, **k: (titles.append(k["title"]), draw(*a, **k))[1]
+        charts, "metric_panels", lambda *a, **k: (titles.append(k["title"]), draw(*a, **k))[1]
     )
     assert main(["train", "--resume", str(out), "--impl", "flax_linen", "--epochs", "2"]) == 0
     steps = [r["step"] for r in rundir.read_metrics(out / rundir.METRICS_FILE)]
@@ -343,8 +347,8 @@ def test_a_compare_directory_is_checked_folder_by_folder(tmp_path):
 
 
 def test_the_run_names_agree_with_the_modules_that_write_them():
-    assert rundir.TB_DIR == app_train.TB_DIR
-    assert rundir.PROFILE_DIR == app_train.PROFILE_DIR
+    assert rundir.TB_DIR == app_run.TB_DIR
+    assert rundir.PROFILE_DIR == app_run.PROFILE_DIR
     assert rundir.DAMAGED_DIR == resuming.DAMAGED_DIR
 
 

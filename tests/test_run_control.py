@@ -34,9 +34,9 @@ from run_helpers import train as cvae_train
 
 from cvae_rosetta import files
 from cvae_rosetta.app import checkpoint, rundir, train, trainer
+from cvae_rosetta.app.run import Position
 from cvae_rosetta.app.train import Options, resume, train_and_evaluate
-from cvae_rosetta.app.trainer import Position
-from cvae_rosetta.bench import harness
+from cvae_rosetta.bench.timing import ProgressBar
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig, TrainConfig
 from cvae_rosetta.spec.errors import ConfigError
@@ -203,7 +203,7 @@ def test_eval_every_evaluates_every_nth_epoch_and_the_last(tmp_path):
     outcome = train_and_evaluate(CONFIG, out, quiet(eval_every=3, tensorboard=True))
     tested = [r["epoch"] for r in epochs(out) if "test_loss" in r]
     assert tested == [3, 4] and len(epochs(out)) == 4
-    assert (out / rundir.CURVES_FILE).is_file() and (out / train.TB_DIR).is_dir()
+    assert (out / rundir.CURVES_FILE).is_file() and (out / rundir.TB_DIR).is_dir()
     assert outcome.summary["test_loss"] == epochs(out)[-1]["test_loss"]
 
 
@@ -355,12 +355,12 @@ def test_the_benchmarks_progress_is_a_line_per_stage_off_a_terminal(capsys, monk
         bar.bar.close()
         return capsys.readouterr().err
 
-    err = ticks(harness._Progress(4, True))
+    err = ticks(ProgressBar(4, True))
     assert "\r" not in err
     assert err.splitlines() == ["cvae bench: warm-up (0/4 done)", "cvae bench: batch 8 (1/4 done)"]
-    assert ticks(harness._Progress(4, False)) == ""  # --no-progress: nothing
+    assert ticks(ProgressBar(4, False)) == ""  # --no-progress: nothing
     monkeypatch.setattr(files, "on_terminal", lambda stream=None: True)
-    err = ticks(harness._Progress(4, True))
+    err = ticks(ProgressBar(4, True))
     assert "\r" in err and "done)" not in err  # the bar, as before
 
 

@@ -18,7 +18,7 @@ import pytest
 from run_helpers import TINY, committed, train
 
 from cvae_rosetta import files
-from cvae_rosetta.app import checkpoint, rundir
+from cvae_rosetta.app import run, rundir
 from cvae_rosetta.app.signals import AGREE_EVERY, Cadence, GracefulStop, Stopped
 from cvae_rosetta.app.train import Options, train_and_evaluate
 from cvae_rosetta.cli import main
@@ -292,4 +292,4 @@ def test_a_long_time_cadence_leaves_the_step_cadence(tmp_path):
 
 
 def test_the_checkpoint_module_checks_the_cadence_options():
-    assert checkpoint.check_options(5, 2, 30) == (5, 2, 30.0)
+    assert run.check_options(5, 2, 30) == (5, 2, 30.0)

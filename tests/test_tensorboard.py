@@ -101,7 +101,7 @@ def assert_grad_norm_is_the_gradients(run: Path) -> None:
     the implementation's ``grads_fn`` on the initial state, batch and noise that the run's seed
     gives (SPEC section 3), not the clipped gradient's norm nor the update's."""
     from cvae_rosetta.app import data
-    from cvae_rosetta.app.trainer import RunKeys
+    from cvae_rosetta.app.run import RunKeys
     from cvae_rosetta.spec import protocol
     from cvae_rosetta.spec.config import Config
     from cvae_rosetta.spec.model import noise, step_key

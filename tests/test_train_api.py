@@ -11,6 +11,7 @@ import pytest
 from cvae_rosetta import cli
 from cvae_rosetta.app import rundir, train
 from cvae_rosetta.app.train import Options, resume, train_and_evaluate
+from cvae_rosetta.cli.messages import in_flags
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig, TrainConfig
 from cvae_rosetta.spec.errors import ConfigError, CvaeError
 
@@ -30,7 +31,7 @@ def test_train_and_evaluate_writes_a_whole_run(tmp_path):
     assert outcome.config.model.input_dim == 64  # fitted to the digits
     for name in (*rundir.RUN_FILES, *rundir.EVALUATION_FILES):
         assert (out / name).is_file(), name
-    files = (*rundir.RUN_FILES, *rundir.EVALUATION_FILES, f"{train.TB_DIR}/")  # TensorBoard's
+    files = (*rundir.RUN_FILES, *rundir.EVALUATION_FILES, f"{rundir.TB_DIR}/")  # TensorBoard's
     assert sorted(outcome.written) == sorted(files)
     assert (out / rundir.CHECKPOINT_DIR).is_dir()
     summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
@@ -93,24 +94,24 @@ def test_the_cli_shows_the_same_errors_as_flags(tmp_path, capsys):
 
 
 def test_in_flags_maps_fields_inside_and_keeps_leading_config_fields():
-    assert cli.in_flags("optim.learning_rate: expected a finite number > 0, got -1.0") == (
+    assert in_flags("optim.learning_rate: expected a finite number > 0, got -1.0") == (
         "optim.learning_rate: expected a finite number > 0, got -1.0"
     )
     typed = {"optim.learning_rate": "--learning-rate", "model.encoder_dims": "--encoder-dims"}
-    assert cli.in_flags("optim.learning_rate: expected a finite number > 0, got -1.0", typed) == (
+    assert in_flags("optim.learning_rate: expected a finite number > 0, got -1.0", typed) == (
         "--learning-rate (optim.learning_rate): expected a finite number > 0, got -1.0"
     )
-    assert cli.in_flags("model.encoder_dims[1]: expected an integer >= 1, got 0", typed) == (
+    assert in_flags("model.encoder_dims[1]: expected an integer >= 1, got 0", typed) == (
         "--encoder-dims (model.encoder_dims[1]): expected an integer >= 1, got 0"
     )
     # one of the fields not typed (its value from a file): config.json's names for all of them
     both = "model.encoder_dims, loss.beta: expected the values of the run"
-    assert cli.in_flags(both, typed) == both
-    assert cli.in_flags("pure_jax: the loss is nan at step 3; lower optim.learning_rate") == (
+    assert in_flags(both, typed) == both
+    assert in_flags("pure_jax: the loss is nan at step 3; lower optim.learning_rate") == (
         "pure_jax: the loss is nan at step 3; lower --learning-rate"
     )
-    assert cli.in_flags("pure_jax: debug_nans: at step 4") == "pure_jax: --debug-nans: at step 4"
-    assert cli.in_flags("workdir: expected an empty or new directory, got /tmp/data.npz") == (
+    assert in_flags("pure_jax: debug_nans: at step 4") == "pure_jax: --debug-nans: at step 4"
+    assert in_flags("workdir: expected an empty or new directory, got /tmp/data.npz") == (
         "--out: expected an empty or new directory, got /tmp/data.npz"
     )
 
@@ -139,7 +140,9 @@ def test_the_other_commands_are_functions_too(tmp_path):
 
     run_dir = tmp_path / "run"
     train_and_evaluate(CONFIG, run_dir, QUIET)
-    path, trained, count = inference.sample_run(run_dir, tmp_path / "s.npz", [3, 7], count=2)
+    path, trained, count = inference.sample_run(
+        run_dir, tmp_path / "s.npz", inference.Samples([3, 7], count=2)
+    )
     assert count == 4 and trained.impl.name == "pure_jax"
     with np.load(path) as arrays:
         assert arrays["images"].shape == (4, 64) and list(arrays["labels"]) == [3, 3, 7, 7]
@@ -150,7 +153,7 @@ def test_the_other_commands_are_functions_too(tmp_path):
     path, manifest = export.export_run(run_dir, tmp_path / "exported", platforms="cpu")
     assert (path / export.MANIFEST).is_file() and manifest["platforms"] == ["cpu"]
     with pytest.raises(ConfigError, match="^count: expected an integer in"):
-        inference.sample_run(run_dir, tmp_path / "t.npz", [1], count=0)
+        inference.sample_run(run_dir, tmp_path / "t.npz", inference.Samples([1], count=0))
     with pytest.raises(ConfigError, match=r"^labels: expected labels in \[0, 10\)"):
-        inference.sample_run(run_dir, tmp_path / "t.npz", [12])
+        inference.sample_run(run_dir, tmp_path / "t.npz", inference.Samples([12]))
     assert not (tmp_path / "t.npz").exists()

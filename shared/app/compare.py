@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import re
 import shutil
@@ -28,17 +29,34 @@ import jax
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import checkpoint, evaluate, frameworks, images, resuming, rundir, signals
+from cvae_rosetta.app import (
+    charts,
+    checkpoint,
+    evaluate,
+    frameworks,
+    images,
+    resuming,
+    rundir,
+    signals,
+    trainstate,
+)
 from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app.run import (
+    DEFAULT_IW_SAMPLES,
+    Job,
+    Options,
+    Outcome,
+    RunKeys,
+    check_iw_samples,
+)
 from cvae_rosetta.app.rundir import (
-    MetricsLog,
     curves_of,
     save_config,
     save_params,
     summary_table,
     write_pictures,
 )
-from cvae_rosetta.app.trainer import RunKeys, TrainResult, train
+from cvae_rosetta.app.runner import Into, train_into
 from cvae_rosetta.spec import canonical, protocol
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import CheckpointError, ConfigError
@@ -60,14 +78,6 @@ COLUMNS = [
     ("compile_seconds", "compile s", "{:.2f}"),
     ("max_param_diff", "max |dparam|", "{:.2e}"),
 ]
-
-
-@dataclasses.dataclass
-class Outcome:
-    name: str  # the implementation's name, made unique (its folder and its row)
-    row: dict[str, Any]
-    records: list[dict[str, Any]]
-    params: canonical.Canonical
 
 
 def labels(impls: Sequence[Any], specs: Sequence[str]) -> list[str]:
@@ -95,21 +105,21 @@ def compare(
     config: Config,
     workdir: str | Path,
     names: Sequence[str] | None = None,
+    options: Options = Options(),
     *,
     given: Collection[str] = (),
-    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
-    progress: bool = True,
-    overwrite: bool = False,
 ) -> tuple[list[dict[str, Any]], Dataset, Path]:
     """A whole ``cvae compare``: every implementation in ``names`` (default: every installed one)
     trained from the same start into ``workdir``; the rows of the table, the data set, the path.
+    ``options``: ``iw_samples``, ``progress`` and ``overwrite`` (of ``workdir``); each
+    implementation's run has a checkpoint at its end only, and no TensorBoard files.
 
     Everything (the names, the reference, the data, ``workdir``) is checked before anything is
     written; ``given`` as in :func:`cvae_rosetta.app.train.fit_to_data`.
     """
     from cvae_rosetta.app.train import fit_to_data, start_devices
 
-    evaluate.check_iw_samples(iw_samples)
+    check_iw_samples(options.iw_samples)
     names = list(installed_names() if names is None else names)
     if not names:
         raise ConfigError("impls: expected at least one implementation name, got none")
@@ -118,10 +128,37 @@ def compare(
     with signals.GracefulStop() as stop:  # start-up included: it stops before the first one
         start_devices(config)
         config, dataset = fit_to_data(config, given)
-        out = rundir.check_out_dir(workdir, overwrite=overwrite)
-        rundir.make_out_dir(out, overwrite=overwrite)
-        rows = run(names, config, dataset, out, progress=progress, iw_samples=iw_samples, stop=stop)
+        out = rundir.check_out_dir(workdir, overwrite=options.overwrite)
+        rundir.make_out_dir(out, overwrite=options.overwrite)
+        comparison = Comparison(names, config, dataset, out, _each(options))
+        rows = run(comparison, stop)
     return rows, dataset, out
+
+
+def _each(options: Options) -> Options:
+    """How each implementation's run in a comparison is carried out: as ``options`` say for
+    ``iw_samples`` and ``progress``; one checkpoint, at its end (or at a stop); no TensorBoard."""
+    return Options(
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        iw_samples=options.iw_samples,
+        progress=options.progress,
+        tensorboard=False,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A comparison about to run: the implementations as given (``names``), the config and data
+    set they all train on, its directory ``out``, how each implementation's run is carried out
+    (``options``) and whether it goes on from a stop (``resume``)."""
+
+    names: list[str]
+    config: Config
+    dataset: Dataset
+    out: Path
+    options: Options
+    resume: bool = False
 
 
 class Stopped(KeyboardInterrupt):
@@ -164,15 +201,13 @@ def resume(
     names = list(record["impls"])
     for name in [*names, REFERENCE]:
         frameworks.load(name)
-    iw_samples = record.get("iw_samples", evaluate.DEFAULT_IW_SAMPLES)
+    iw_samples = record.get("iw_samples", DEFAULT_IW_SAMPLES)
     lock = rundir.RunLock.acquire(out, command="compare --resume", field="resume")
     with lock, signals.GracefulStop() as stop:
         start_devices(config)
         config, dataset = fit_to_data(config)
-        rows = run(
-            names, config, dataset, out, progress=progress, iw_samples=iw_samples, resume=True,
-            stop=stop,
-        )  # fmt: skip
+        options = _each(Options(iw_samples=iw_samples, progress=progress))
+        rows = run(Comparison(names, config, dataset, out, options, resume=True), stop)
     return rows, dataset, out, config
 
 
@@ -196,18 +231,8 @@ def read_comparison(workdir: str | Path) -> tuple[Path, dict[str, Any], Config]:
     return path, record, resuming.stored_config(record, marker)
 
 
-def run(
-    names: list[str],
-    config: Config,
-    dataset: Dataset,
-    out: Path,
-    *,
-    progress: bool = True,
-    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES,
-    resume: bool = False,
-    stop: signals.GracefulStop | None = None,
-) -> list[dict[str, Any]]:
-    """Train each implementation in ``names`` into ``out/<its name>/`` (see :func:`labels`);
+def run(comparison: Comparison, stop: signals.GracefulStop | None = None) -> list[dict[str, Any]]:
+    """Train each implementation of ``comparison`` into ``out/<its name>/`` (see :func:`labels`);
     write the combined outputs.
 
     Each folder is a run of its own (``config.json`` naming the implementation as it was given,
@@ -216,55 +241,57 @@ def run(
     evaluation's headline figures, a row per implementation by its name.
 
     SIGINT and SIGTERM stop it with :class:`Stopped` (a training implementation once its
-    checkpoint is written); ``resume``: keep the folders that hold their row, go on from the
-    checkpoint of those that have one, start the others afresh. ``stop``: the caller's, if it
-    took the signals already.
+    checkpoint is written); ``comparison.resume``: keep the folders that hold their row, go on
+    from the checkpoint of those that have one, start the others afresh. ``stop``: the caller's,
+    if it took the signals already.
     """
+    names, config, dataset, out = (
+        comparison.names,
+        comparison.config,
+        comparison.dataset,
+        (comparison.out),
+    )
     loaded = [frameworks.load(spec) for spec in names]  # every name resolves before any work
     impls = dict(zip(labels(loaded, names), zip(names, loaded, strict=True), strict=True))
     with contextlib.nullcontext(stop) if stop is not None else signals.GracefulStop() as stop:
         keys = RunKeys.from_seed(config.train.seed)
         reference = frameworks.load(REFERENCE)
         initial = reference.to_canonical(reference.init(keys.init, config))
-        if not resume:
+        if not comparison.resume:
             save_config(
                 out, config, command="compare", impls=names, folders=list(impls),
-                iw_samples=iw_samples,
+                iw_samples=comparison.options.iw_samples,
             )  # fmt: skip
         classifier = evaluate.fit_classifier(dataset)
 
         outcomes: list[Outcome] = []
         for name, (spec, impl) in impls.items():
             run_dir = out / name
-            if resume and (run_dir / ROW_FILE).is_file():
-                outcomes.append(finished_outcome(run_dir, name))
+            if comparison.resume and (run_dir / ROW_FILE).is_file():
+                outcomes.append(finished_outcome(run_dir, name, config, dataset))
                 continue
             if stop():
                 raise _stopped(stop(), out, outcomes, impls, None, "")
-            begun = _begin(run_dir, spec, impl, initial, config, dataset, keys, resume)
-            result = _train_one(run_dir, name, impl, config, dataset, begun, progress, stop)
-            if result.stopped:
-                position = result.progress.position
+            job, state = _begin(comparison, name, spec, impl, initial, keys)
+            finish = functools.partial(_finish_one, spec=spec, classifier=classifier)
+            outcome = train_into(job, state, Into(run_dir, comparison.options, stop, None, finish))
+            position = outcome.result.progress.position
+            if outcome.result.stopped:
                 at = f"{_where(position)}, checkpoint written"
-                raise _stopped(stop(), out, outcomes, impls, name, at)
-            try:
-                with stop.immediately():
-                    outcomes.append(
-                        _finish_one(run_dir, name, spec, impl, result, config, dataset, begun[1],
-                                    classifier, iw_samples)
-                    )  # fmt: skip
-            except signals.Stopped as err:
+                raise _stopped(outcome.stopped_by, out, outcomes, impls, name, at)
+            if outcome.stopped:
                 at = (
-                    f"the last step, {result.progress.position.step}, before its final outputs "
-                    "were all written (checkpoint written)"
+                    f"the last step, {position.step}, before its final outputs were all written "
+                    "(checkpoint written)"
                 )
-                raise _stopped(err.signum, out, outcomes, impls, name, at) from None
+                raise _stopped(outcome.stopped_by, out, outcomes, impls, name, at)
+            outcomes.append(outcome)
 
         try:
             with stop.immediately():
                 return _write_combined(outcomes, impls, reference, out, dataset)
         except signals.Stopped as err:
-            done = [o.name for o in outcomes]
+            done = [o.impl for o in outcomes]
             raise Stopped(err.signum, out, done, None, "", []) from None
 
 
@@ -277,93 +304,50 @@ def _where(position: Any) -> str:
 def _stopped(
     signum: int, out: Path, outcomes: list[Outcome], impls: dict, name: str | None, at: str
 ) -> Stopped:
-    done = [o.name for o in outcomes]
+    done = [o.impl for o in outcomes]
     left = [n for n in impls if n not in done and n != name]
     return Stopped(signum, out, done, name, at, left)
 
 
 def _begin(
-    run_dir: Path,
+    comparison: Comparison,
+    name: str,
     spec: str,
     impl: Any,
     initial: canonical.Canonical,
-    config: Config,
-    dataset: Dataset,
     keys: RunKeys,
-    resume: bool,
-) -> tuple[Any, RunKeys, Any, list[dict[str, Any]]]:
-    """An implementation's state, keys, start and history: from its checkpoint (a resume of a
-    folder that has one), else from the shared initial parameters in a fresh folder."""
-    if resume and checkpoint.has_checkpoints(run_dir):
+) -> tuple[Job, Any]:
+    """What implementation ``name`` (``spec`` as given) trains, and its state: from its checkpoint
+    (a resume of a folder that has one), else from the shared initial parameters in a fresh
+    folder."""
+    config, dataset = comparison.config, comparison.dataset
+    run_dir = comparison.out / name
+    if comparison.resume and checkpoint.has_checkpoints(run_dir):
         opened = resuming.Resume.open(run_dir, latest_good=False)
         opened.load()
         records = opened.check(config, dataset)
-        state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
+        state = trainstate.implementation_state(impl, opened.checkpoint.state, config)
         opened.prepare(records, config, spec)
-        return state, opened.checkpoint.keys, opened.checkpoint.progress, records
+        progress = opened.checkpoint.progress
+        return Job(impl, config, dataset, opened.checkpoint.keys, progress, records, name), state
     if run_dir.exists():  # a folder stopped before its first checkpoint: nothing to keep
         shutil.rmtree(run_dir)
     run_dir.mkdir()
     save_config(run_dir, config, command="compare", impl=spec)
-    return impl.from_canonical(initial, config), keys, None, []
-
-
-def _train_one(
-    run_dir: Path,
-    name: str,
-    impl: Any,
-    config: Config,
-    dataset: Dataset,
-    begun: tuple[Any, RunKeys, Any, list[dict[str, Any]]],
-    progress: bool,
-    stop: signals.GracefulStop,
-) -> TrainResult:
-    state, keys, start, history = begun
-    log = MetricsLog(run_dir / "metrics.jsonl")
-    saver = checkpoint.Saver(run_dir, impl, config, keys, dataset, keep=1)
-    with files.closed_after(log, saver):
-        return train(
-            impl,
-            state,
-            config,
-            dataset,
-            keys,
-            on_record=log,
-            progress=progress,
-            desc=name,
-            start=start,
-            history=history,
-            on_checkpoint=saver,  # at the end, and at a stop
-            decide=signals.Cadence(0, 0.0, stop=stop),
-        )
+    return Job(impl, config, dataset, keys, name=name), impl.from_canonical(initial, config)
 
 
 def _finish_one(
-    run_dir: Path,
-    name: str,
-    spec: str,
-    impl: Any,
-    result: TrainResult,
-    config: Config,
-    dataset: Dataset,
-    keys: RunKeys,
-    classifier: Any,
-    iw_samples: int,
-) -> Outcome:
+    outcome: Outcome, job: Job, options: Options, *, spec: str, classifier: Any
+) -> None:
     """An implementation's pictures, parameters, evaluation and row (``summary.json``, last)."""
-    write_pictures(run_dir, impl, result.state, dataset, keys, title=name)
+    run_dir, name, result, config = outcome.workdir, outcome.impl, outcome.result, job.config
+    impl, dataset = job.impl, job.dataset
+    write_pictures(run_dir, impl, result.state, dataset, job.keys, title=name)
     params = impl.to_canonical(result.state)
     save_params(run_dir / evaluate.PARAMS_FILE, params)
-    report = evaluate.evaluate(
-        impl,
-        result.state,
-        dataset,
-        config.train.seed,
-        iw_samples=iw_samples,
-        classifier=classifier,
-        out=run_dir,
-        title=name,
-    )
+    setup = evaluate.EvalSetup(config.train.seed, options.iw_samples, classifier)
+    report = evaluate.evaluate(impl, result.state, dataset, setup, out=run_dir, title=name)
     files.write_json(run_dir / evaluate.EVALUATION_FILE, {"impl": name, **report})
     final = result.final()
     row = {
@@ -378,35 +362,36 @@ def _finish_one(
     if row.get("active_units") is not None:
         row["active"] = f"{row['active_units']}/{config.model.latent_dim}"
     files.write_json(run_dir / ROW_FILE, row)
-    return Outcome(name, row, result.records, rundir.flatten_params(params))
+    outcome.summary, outcome.evaluation = row, report
+    outcome.params = rundir.flatten_params(params)
 
 
-def finished_outcome(run_dir: Path, name: str) -> Outcome:
+def finished_outcome(run_dir: Path, name: str, config: Config, dataset: Dataset) -> Outcome:
     """An implementation a stopped comparison finished, as its folder holds it."""
     row = json.loads((run_dir / ROW_FILE).read_text())
     records = rundir.read_metrics(run_dir / "metrics.jsonl")
     params = rundir.flatten_params(rundir.load_params(run_dir / evaluate.PARAMS_FILE))
-    return Outcome(name, row, records, params)
+    return Outcome(run_dir, name, dataset.name, config, None, row, records=records, params=params)
 
 
 def _write_combined(
     outcomes: list[Outcome], impls: dict, reference: Any, out: Path, dataset: Dataset
 ) -> list[dict[str, Any]]:
-    base = next((o for o in outcomes if impls[o.name][1] is reference), outcomes[0])
+    base = next((o for o in outcomes if impls[o.impl][1] is reference), outcomes[0])
     for o in outcomes:
-        o.row["max_param_diff"] = max_abs_difference(o.params, base.params)
-        o.row["reference"] = base.name
-    rows = [o.row for o in outcomes]
+        o.summary["max_param_diff"] = max_abs_difference(o.params, base.params)
+        o.summary["reference"] = base.impl
+    rows = [o.summary for o in outcomes]
 
-    curves = {o.name: curves_of(o.records) for o in outcomes}
-    images.comparison_curves(
+    curves = {o.impl: curves_of(o.records) for o in outcomes}
+    charts.comparison_curves(
         curves,
         out / "curves.png",
-        reference=base.name,
+        reference=base.impl,
         title=f"{dataset.name}: {len(rows)} implementations, same initial parameters, same keys",
     )
-    combine_samples(out, [o.name for o in outcomes], dataset.name)
-    files.write_json(out / "summary.json", {"rows": rows, "reference": base.name})
+    combine_samples(out, [o.impl for o in outcomes], dataset.name)
+    files.write_json(out / "summary.json", {"rows": rows, "reference": base.impl})
     files.write_text(out / "summary.md", summary_markdown(rows))
     return rows
 

@@ -60,6 +60,7 @@ PROCESSES_KEY = "processes"  # in config.json: the processes a run of several go
 LAUNCHED_ENV = "CVAE_LAUNCHED"  # set by cvae launch in every process it starts
 LOST_STATUS = 2  # the exit status of a process whose run lost another process
 LOST_GRACE = 30.0  # seconds the launcher gives the others, once one is lost, to say so and end
+GRACE = 10.0  # seconds a process stopped by the launcher (SIGTERM) has before SIGKILL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,8 +423,6 @@ def launch(
     *,
     port: int | None = None,
     timeout: float | None = None,
-    grace: float = 10.0,
-    lost_grace: float = LOST_GRACE,
     oversubscribe: bool = False,
 ) -> int:
     """Run ``cvae COMMAND --distributed ...`` as ``num_processes`` local processes on loopback.
@@ -431,10 +430,10 @@ def launch(
     Returns 0 when every process succeeds, else the status of the first that failed: a process
     killed by a signal counts as 128 + the signal, and the launcher says which process it was
     (124 on timeout). A process that fails otherwise (a refusal) stops the others at once; one that
-    is killed gives them ``lost_grace`` seconds to notice in their next collective and end on their
-    own (:func:`lost_peers`). A SIGTERM to the launcher is passed on to every process (they stop
-    after the same step, at a checkpoint). Every process is stopped (SIGTERM, then SIGKILL after
-    ``grace`` seconds) before returning.
+    is killed gives them :data:`LOST_GRACE` seconds to notice in their next collective and end on
+    their own (:func:`lost_peers`). A SIGTERM to the launcher is passed on to every process (they
+    stop after the same step, at a checkpoint). Every process is stopped (SIGTERM, then SIGKILL
+    after :data:`GRACE` seconds) before returning.
     """
     if not _is_int(num_processes) or num_processes < 1:
         raise ConfigError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
@@ -452,7 +451,7 @@ def launch(
         raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     resources.check_launch(num_processes, oversubscribe=oversubscribe)
     coordinator = f"127.0.0.1:{port or free_port()}"
-    run = _Launch(num_processes, command, coordinator, grace=grace, lost_grace=lost_grace)
+    run = _Launch(num_processes, command, coordinator, grace=GRACE, lost_grace=LOST_GRACE)
     return run.run(timeout)
 
 

@@ -33,13 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import images, rundir
+from cvae_rosetta.app import charts, images, rundir
 from cvae_rosetta.app.data import Dataset, Split
+from cvae_rosetta.app.run import DEFAULT_IW_SAMPLES, RunKeys, check_iw_samples
 from cvae_rosetta.spec.config import Config
-from cvae_rosetta.spec.errors import ConfigError, OutputError, ParameterError, field_error
+from cvae_rosetta.spec.errors import ConfigError, OutputError, ParameterError
 
-DEFAULT_IW_SAMPLES = 64
-MAX_IW_SAMPLES = 4096
 ACTIVE_THRESHOLD = 0.01
 GENERATED_PER_CLASS = 100
 GRID_PER_CLASS = 10
@@ -52,14 +51,6 @@ GRID_FILE = rundir.GENERATED_FILE
 LATENT_FILE = rundir.LATENT_FILE
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-def check_iw_samples(value: Any) -> int:
-    """``--iw-samples``: an integer in ``[1, MAX_IW_SAMPLES]``."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or not 1 <= value <= MAX_IW_SAMPLES:
-        raise field_error(ConfigError, "iw_samples", f"an integer in [1, {MAX_IW_SAMPLES}]", value)
-    return int(value)
 
 
 # --- keys -----------------------------------------------------------------------------------------
@@ -75,8 +66,6 @@ class EvalKeys:
 
     @classmethod
     def from_seed(cls, seed: int) -> EvalKeys:
-        from cvae_rosetta.app.trainer import RunKeys
-
         # RunKeys.sample itself draws samples.png; fold_in(sample, 1) is a key of its own.
         base = jax.random.fold_in(RunKeys.from_seed(seed).sample, 1)
         return cls(*jax.random.split(base, 3))
@@ -278,8 +267,8 @@ def latent_picture(means: np.ndarray, labels: np.ndarray, path: Path, *, title: 
         proj = np.concatenate([proj, np.zeros_like(proj)], axis=1)
     share = s**2 / max(float(np.sum(s**2)), 1e-300)
     figure = Figure(
-        figsize=(images.PANEL_SIZE[0] + images.LEGEND_WIDTH / 2, images.PANEL_SIZE[1] * 1.25),
-        dpi=images.CURVE_DPI,
+        figsize=(charts.PANEL_SIZE[0] + charts.LEGEND_WIDTH / 2, charts.PANEL_SIZE[1] * 1.25),
+        dpi=charts.CURVE_DPI,
         layout="constrained",
     )
     FigureCanvasAgg(figure)
@@ -301,24 +290,36 @@ def latent_picture(means: np.ndarray, labels: np.ndarray, path: Path, *, title: 
 # --- the whole evaluation -------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalSetup:
+    """What the evaluations of several implementations share, so that their figures compare: the
+    ``seed`` every key is derived from (the run's), the ``k`` of the importance-weighted bound
+    (``iw_samples``) and the ``classifier`` that judges generated images (``"fit"``: one fit on
+    the training split by :func:`evaluate` itself; ``None``: no conditional accuracy)."""
+
+    seed: int
+    iw_samples: int = DEFAULT_IW_SAMPLES
+    classifier: Classifier | str | None = "fit"
+
+
 def evaluate(
     impl,
     state,
     dataset: Dataset,
-    seed: int,
+    setup: EvalSetup,
     *,
-    iw_samples: int = DEFAULT_IW_SAMPLES,
-    classifier: Classifier | str | None = "fit",
     out: Path | None = None,
     title: str | None = None,
 ) -> dict[str, Any]:
     """Every figure of ``docs/evaluation.md`` for ``state`` on ``dataset``; pictures into ``out``.
 
-    ``classifier="fit"`` fits one here; pass a fitted one to share it between implementations.
+    ``setup.classifier="fit"`` fits one here; pass a fitted one to share it between
+    implementations.
     """
-    k = check_iw_samples(iw_samples)
-    keys = EvalKeys.from_seed(seed)
+    k = check_iw_samples(setup.iw_samples)
+    keys = EvalKeys.from_seed(setup.seed)
     model = state.config.model
+    classifier = setup.classifier
     if isinstance(classifier, str):
         classifier = fit_classifier(dataset)
 
@@ -537,7 +538,7 @@ def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> l
         except ParameterError as err:
             raise ParameterError(f"{r.directory / PARAMS_FILE}: {err}") from err
 
-    classifier = fit_classifier(dataset)
+    setup = EvalSetup(config.train.seed, k, fit_classifier(dataset))
     results = []
     for r in runs:
         impl = impls[r.impl_name]
@@ -546,9 +547,7 @@ def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> l
                 impl,
                 states[r.impl_name],
                 dataset,
-                config.train.seed,
-                iw_samples=k,
-                classifier=classifier,
+                setup,
                 out=r.directory,
                 title=getattr(impl, "name", r.impl_name),
             )

@@ -153,7 +153,7 @@ def prng_name() -> str:
 def sample(trained: Trained, labels: list[int], n: int, seed: int | None) -> tuple[Any, Any]:
     """``n`` images per label from the compiled generator (the function ``cvae export`` writes);
     the key is the run's own sample key unless ``seed`` is given."""
-    from cvae_rosetta.app.trainer import RunKeys
+    from cvae_rosetta.app.run import RunKeys
 
     key = (
         RunKeys.from_seed(trained.config.train.seed).sample
@@ -206,25 +206,35 @@ def write_reconstructions(trained: Trained, out: Path, x: Any, c: Any, recon: An
 # --- the commands, as functions ------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Samples:
+    """What ``cvae sample`` draws: ``count`` images of each label in ``labels`` (one label, a
+    comma-separated string of them, or a list), from the run's own sample key unless ``seed`` is
+    given. :func:`sample_run` checks them."""
+
+    labels: Any
+    count: Any = 16
+    seed: Any = None
+
+
 def sample_run(
     run_dir: Any,
     out: Any,
-    labels: Any,
+    samples: Samples,
     *,
-    count: Any = 16,
-    seed: Any = None,
     impl: str | None = None,
     overwrite: bool = False,
 ) -> tuple[Path, Trained, int]:
-    """``cvae sample``: ``count`` images of each label (one label, a comma-separated string of
-    them, or a list) from the run in ``run_dir``, written to ``out`` (``.png`` grid or ``.npz``).
-    Everything is checked before anything is computed. Returns the path, the model, the count."""
+    """``cvae sample``: the ``samples`` (``count`` images of each label) from the run in
+    ``run_dir``, written to ``out`` (``.png`` grid or ``.npz``). Everything is checked before
+    anything is computed. Returns the path, the model, the count."""
     from cvae_rosetta.app import convert
 
-    count = check_count(count)
-    seed = check_seed(seed)
+    count = check_count(samples.count)
+    seed = check_seed(samples.seed)
     path = convert.check_out_file(out, suffixes=(".png", ".npz"), overwrite=overwrite)
     trained = load_trained(run_dir, impl)
+    labels = samples.labels
     text = ",".join(map(str, labels)) if isinstance(labels, (list, tuple)) else labels
     wanted = check_labels(text, trained.config.model.num_classes)
     images_, c = sample(trained, wanted, count, seed)

@@ -18,13 +18,15 @@ from typing import Any
 from cvae_rosetta import files
 from cvae_rosetta.app.checkpoint import Checkpoint, Checkpoints, checkpoints_of, data_fingerprint
 from cvae_rosetta.app.data import batches_per_epoch
-from cvae_rosetta.app.trainer import Record
+from cvae_rosetta.app.run import Record
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import CheckpointError, ConfigError, OutputError
 
 DAMAGED_DIR = "checkpoints.damaged"  # where --resume-latest-good moves newer damaged checkpoints
 # On --resume, only these config fields may differ from the run's own.
-RESUMABLE_CHANGES = ("train.epochs", "train.data_parallel", "train.devices", "data.data_dir")
+RESUMABLE_CHANGES = ("train.epochs", "data.data_dir", "train.data_parallel", "train.devices")
+
+_RESUMABLE = f"{', '.join(RESUMABLE_CHANGES[:-1])} and {RESUMABLE_CHANGES[-1]}"
 
 
 def config_differences(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
@@ -46,9 +48,8 @@ def refuse_config_changes(old: Config, new: Config, *, what: str) -> None:
         expected = ", ".join(f"{name}={a!r}" for name, a, _ in bad)
         given = ", ".join(f"{name}={b!r}" for name, _, b in bad)
         raise ConfigError(
-            f"{fields}: expected the values of {what} ({expected}; only train.epochs, "
-            f"data.data_dir, train.data_parallel and train.devices may change on resume), "
-            f"got {given}"
+            f"{fields}: expected the values of {what} ({expected}; only {_RESUMABLE} may "
+            f"change on resume), got {given}"
         )
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from cvae_rosetta import files
 from cvae_rosetta.app import images
 from cvae_rosetta.app.data import Dataset
-from cvae_rosetta.app.trainer import Record, RunKeys
+from cvae_rosetta.app.run import PROFILE_DIR, TB_DIR, Record, RunKeys
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import OutputError, ParameterError
 from cvae_rosetta.spec.model import generate, reconstruct
@@ -60,10 +60,8 @@ OUTPUT_FILES = (*RUN_FILES, *EVALUATION_FILES)  # a finished run's, each written
 LOCK_FILE = "run.lock"  # flocked by the one process writing the directory; names it (RunLock)
 RUN_MARKER = CONFIG_FILE
 # What else a run (cvae train, --resume, evaluate) or a cvae compare writes into its directory:
-# everything --overwrite may delete (own_entries). TB_DIR and PROFILE_DIR are app.train's,
+# everything --overwrite may delete (own_entries). TB_DIR and PROFILE_DIR are app.run's,
 # DAMAGED_DIR app.resuming's (tests/test_pictures.py checks they agree).
-TB_DIR = "tb"
-PROFILE_DIR = "profile"
 DAMAGED_DIR = "checkpoints.damaged"
 COMPARE_FILES = (CONFIG_FILE, CURVES_FILE, SAMPLES_FILE, "summary.md", SUMMARY_FILE)
 OWN_DIRS = (CHECKPOINT_DIR, DAMAGED_DIR, TB_DIR, PROFILE_DIR)

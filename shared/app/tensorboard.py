@@ -33,7 +33,7 @@ import numpy as np
 
 from cvae_rosetta import files
 from cvae_rosetta.app.data import Dataset
-from cvae_rosetta.app.trainer import METRICS, Record, RunKeys
+from cvae_rosetta.app.run import METRICS, Record, RunKeys
 from cvae_rosetta.spec.model import generate, reconstruct
 
 SAMPLES_PER_CLASS = 8

@@ -12,6 +12,10 @@ the devices, the checkpoints, the pictures, the final parameters and the evaluat
                                  Options(impl="flax_nnx"))
     print(outcome.summary["test_loss"], outcome.evaluation["neg_iwae"])
 
+:class:`Options` and :class:`Outcome` are the run's plain data
+(:mod:`cvae_rosetta.app.run`), importable from here as above; training one implementation into
+its run directory is :func:`cvae_rosetta.app.runner.train_into`, which ``cvae compare`` shares.
+
 Errors name config fields (``train.data_parallel``) and :class:`Options` fields
 (``checkpoint_every``); the CLI shows them as its flags.
 
@@ -39,7 +43,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,91 +52,22 @@ from cvae_rosetta.app import (
     distributed,
     evaluate,
     frameworks,
-    images,
     parallel,
     resources,
     resuming,
     rundir,
     signals,
+    trainstate,
 )
 from cvae_rosetta.app.data import Dataset, batches_per_epoch
-from cvae_rosetta.app.trainer import (
-    ProfileSteps,
-    RunKeys,
-    TrainResult,
-    check_debug_nans,
-    check_run_control,
-    counted,
-    train,
-)
+from cvae_rosetta.app.run import Job, Options, Outcome, RunKeys, check_run_control
+from cvae_rosetta.app.runner import Into, follow, train_into
+from cvae_rosetta.app.trainer import counted
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
-TB_DIR = "tb"  # the TensorBoard event files (cvae_rosetta.app.tensorboard)
-PROFILE_DIR = "profile"  # the jax.profiler trace of Options.profile_steps, in the run directory
-STOPPED = 128 + signal.SIGINT  # 130: the exit status of a run stopped by Ctrl-C, checkpointed
-TERMINATED = 128 + signal.SIGTERM  # 143: the same for SIGTERM (a scheduler's preemption)
 RUNS_DIR = Path("runs")  # where a command writes when given no directory (default_out)
 MAX_STEPS = "max_steps"  # config.json's key of Options.max_steps, where it was given
-
-
-@dataclass(frozen=True)
-class Options:
-    """How a run is carried out, beside what it computes (the :class:`Config`)."""
-
-    impl: str = "pure_jax"  # a built-in name or "module:attribute"
-    checkpoint_every: int = checkpoint.DEFAULT_EVERY  # steps between checkpoints; 0: at the end
-    checkpoint_every_seconds: float = 0.0  # seconds between checkpoints too; 0: steps only
-    keep_checkpoints: int = checkpoint.DEFAULT_KEEP
-    iw_samples: int = evaluate.DEFAULT_IW_SAMPLES  # of the importance-weighted bound
-    debug_nans: bool = False  # every step under checkify (serial runs only)
-    progress: bool = True  # a progress bar on a terminal, a line per epoch elsewhere (stderr)
-    overwrite: bool = False  # replace a previous run directory (one with a config.json)
-    latest_good: bool = False  # resume: skip damaged newest checkpoints
-    tensorboard: bool = True  # TensorBoard event files in RUN/tb/
-    profile_steps: str | tuple[int, int] | None = None  # "A:B": trace steps A..B into RUN/profile/
-    # end the run after this many steps in all (a resumed run's included), as a finished run; the
-    # run's config.json records it and a resume keeps it unless given another (None: the run's)
-    max_steps: int | None = None
-    log_every: int = 0  # also a line every N steps (step, epoch, loss, steps/s); 0: none
-    eval_every: int = 1  # evaluate the test split every N epochs, and always after the last
-
-    def check(self, config: Config) -> Options:
-        """Refuse bad options before anything is read or written."""
-        check_run_control(self.max_steps, self.log_every, self.eval_every)
-        checkpoint.check_options(
-            self.checkpoint_every, self.keep_checkpoints, self.checkpoint_every_seconds
-        )
-        evaluate.check_iw_samples(self.iw_samples)
-        check_debug_nans(self.debug_nans, config)
-        if not isinstance(self.tensorboard, bool):
-            raise ConfigError(f"tensorboard: expected True or False, got {self.tensorboard!r}")
-        self.profile(Path("."))
-        return self
-
-    def profile(self, workdir: Path) -> ProfileSteps | None:
-        """The steps to trace into ``workdir``'s profile directory, if any."""
-        return ProfileSteps.parse(self.profile_steps, Path(workdir) / PROFILE_DIR)
-
-
-@dataclass
-class Outcome:
-    """What a run did: where, with which implementation, its final figures and files."""
-
-    workdir: Path
-    impl: str
-    dataset: str
-    config: Config
-    result: TrainResult | None  # None: a resume of a finished run, which did nothing
-    summary: dict[str, Any] = field(default_factory=dict)
-    evaluation: dict[str, Any] = field(default_factory=dict)
-    written: list[str] = field(default_factory=list)
-    stopped_by: int = 0  # the signal that stopped the run (a checkpoint was written), 0 if none
-
-    @property
-    def stopped(self) -> bool:
-        """Stopped by a signal, in training or in its final outputs (a checkpoint was written)."""
-        return bool(self.stopped_by)
 
 
 def default_out(name: str) -> Path:
@@ -234,7 +168,7 @@ def train_and_evaluate(
 
     ``workdir`` must not exist or be empty (or be a previous run with ``options.overwrite``);
     it is checked, like the options, the implementation (that its train state can be checkpointed
-    included: :func:`~cvae_rosetta.app.checkpoint.check_checkpointable`) and the data, before
+    included: :func:`~cvae_rosetta.app.trainstate.check_checkpointable`) and the data, before
     anything is written.
     ``given``: config fields set on purpose (see :func:`fit_to_data`). ``cluster``: this process's
     place in a ``jax.distributed`` run (:class:`cvae_rosetta.app.distributed.Cluster`); only
@@ -256,10 +190,11 @@ def train_and_evaluate(
         keys = RunKeys.from_seed(config.train.seed)
         state = fresh_state(impl, keys.init, config)
         # a run that could not be checkpointed is refused before its first step and its first file
-        checkpoint.check_checkpointable(impl, state, config)
-        agree = cluster.agree if cluster is not None else None
+        trainstate.check_checkpointable(impl, state, config)
+        job = Job(impl, config, dataset, keys)
+        into = Into(Path(workdir), options, stop, cluster.agree if cluster is not None else None)
         if not writer:
-            return _follow(Path(workdir), impl, state, config, dataset, keys, options, stop, agree)
+            return follow(job, state, into)
         # under jax.distributed only process 0 writes, so only it holds the run directory's lock
         with rundir.claim_out_dir(out, overwrite=options.overwrite, command="train"), _in(out):
             with files.writing(rundir.CONFIG_FILE, out / rundir.CONFIG_FILE):
@@ -267,9 +202,7 @@ def train_and_evaluate(
                 if cluster is not None:  # the processes a resume goes on as
                     limit[distributed.PROCESSES_KEY] = cluster.num_processes
                 rundir.save_config(out, config, command="train", impl=options.impl, **limit)
-            return _train_into(
-                out, impl, state, config, dataset, keys, options, stop=stop, agree=agree
-            )
+            return train_into(job, state, dataclasses.replace(into, out=out))
 
 
 def resume(
@@ -285,9 +218,9 @@ def resume(
     (:class:`cvae_rosetta.app.distributed.Place`), which goes on as the same number of processes
     it was written by, each reading the checkpoint process 0 wrote; only process 0 writes.
 
-    ``changes``: config fields to change, as ``{"train.epochs": 60}``; only ``train.epochs``,
-    ``train.data_parallel``, ``train.devices`` and ``data.data_dir`` may change, and any other
-    change is refused naming every differing field. ``options.impl`` defaults to the run's own,
+    ``changes``: config fields to change, as ``{"train.epochs": 60}``; only those of
+    :data:`cvae_rosetta.app.resuming.RESUMABLE_CHANGES` may change, and any other change is
+    refused naming every differing field. ``options.impl`` defaults to the run's own,
     ``options.max_steps`` to the one the run's ``config.json`` records (a given one is recorded
     instead); it may not be below the checkpoint's step.
     """
@@ -302,13 +235,16 @@ def resume(
             return done  # every process alike, before any joins the others
         impl = frameworks.load(options.impl)
         cluster = None if join is None else join.resuming(opened.run, config, opened.directory)
+        agree = cluster.agree if cluster is not None else None
+        into = Into(opened.directory, options, stop, agree)
+        given = set(changes or {})
         if cluster is not None and cluster.process_id:  # only process 0 locks and writes
-            return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
+            return _resume_locked(opened, impl, config, into, given, cluster)
         lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
         with lock, _in(opened.directory):
             if cluster is None and (done := _finished(opened, config, options)) is not None:
                 return done  # under the lock: no other process is extending it
-            return _resume_locked(opened, impl, config, options, changes or {}, stop, cluster)
+            return _resume_locked(opened, impl, config, into, given, cluster)
 
 
 def _finished(opened: resuming.Resume, config: Config, options: Options) -> Outcome | None:
@@ -349,16 +285,19 @@ def _resume_locked(
     opened: resuming.Resume,
     impl: Any,
     config: Config,
-    options: Options,
-    changes: Mapping[str, Any],
-    stop: signals.GracefulStop,
+    into: Into,
+    given: Collection[str],
     cluster: Any = None,
 ) -> Outcome:
+    """Go on with ``opened`` (``config``: its own with the changes asked for, ``given`` naming
+    them) as ``impl``, written into it as ``into`` says; every process of a run of several, each
+    as its place in ``cluster`` makes it."""
+    options = into.options
     start_devices(config, cluster)
     if cluster is not None:
-        stop.install()  # again, after jax.distributed took SIGTERM
+        into.stop.install()  # again, after jax.distributed took SIGTERM
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
-    config, dataset = fit_to_data(config, set(changes))
+    config, dataset = fit_to_data(config, given)
     done = opened.checkpoint.progress.position.step
     if options.max_steps is not None and options.max_steps < done:
         raise ConfigError(
@@ -369,15 +308,12 @@ def _resume_locked(
     if profile is not None:
         profile.check(done, last_step(config, dataset, options.max_steps))
     records = opened.check(config, dataset)
-    state = checkpoint.implementation_state(impl, opened.checkpoint.state, config)
-    checkpoint.canonical_state(impl, state)  # and back, as its next checkpoint will: before writing
-    agree = cluster.agree if cluster is not None else None
+    state = trainstate.implementation_state(impl, opened.checkpoint.state, config)
+    trainstate.canonical_state(impl, state)  # and back, as its next checkpoint will: before writing
+    progress = opened.checkpoint.progress
+    job = Job(impl, config, dataset, opened.checkpoint.keys, progress, records)
     if cluster is not None and cluster.process_id:  # process 0 writes and says what happens
-        keys, start = opened.checkpoint.keys, opened.checkpoint.progress
-        return _follow(
-            opened.directory, impl, state, config, dataset, keys, options, stop, agree,
-            start=start, history=records,
-        )  # fmt: skip
+        return follow(job, state, into)
     if cluster is not None:  # config.json: the processes the run goes on as (none: one)
         opened.run[distributed.PROCESSES_KEY] = cluster.num_processes
     else:
@@ -389,7 +325,6 @@ def _resume_locked(
         )
     with files.writing("the resumed run's config.json and metrics.jsonl", opened.directory):
         opened.prepare(records, config, impl.name)
-    progress = opened.checkpoint.progress
     position = progress.position
     by = "" if impl.name == opened.checkpoint.impl else f" (written by {opened.checkpoint.impl})"
     print(f"{impl.name}: resuming {opened.directory} at {where(position)}{by}")
@@ -403,19 +338,7 @@ def _resume_locked(
             f"  nothing left to train: the run ends at max_steps {options.max_steps} (a larger "
             "max_steps goes on)"
         )
-    return _train_into(
-        opened.directory,
-        impl,
-        state,
-        config,
-        dataset,
-        opened.checkpoint.keys,
-        options,
-        stop=stop,
-        agree=agree,
-        start=progress,
-        history=records,
-    )
+    return train_into(job, state, into)
 
 
 def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config:
@@ -430,147 +353,6 @@ def _changed(stored: Config, changes: Mapping[str, Any], *, what: str) -> Config
     config = Config.from_dict(data)
     resuming.refuse_config_changes(stored, config, what=what)
     return config
-
-
-def _follow(
-    workdir: Path,
-    impl: Any,
-    state: Any,
-    config: Config,
-    dataset: Dataset,
-    keys: RunKeys,
-    options: Options,
-    stop: signals.GracefulStop,
-    agree: Any,
-    *,
-    start: Any = None,
-    history: Any = (),
-) -> Outcome:
-    """A process of a run of several other than process 0: the same steps and the same agreed
-    decisions as process 0 (which writes every output and says what happens), writing nothing."""
-    cadence = _cadence(options, stop, agree)
-    result = train(
-        impl,
-        state,
-        config,
-        dataset,
-        keys,
-        progress=False,
-        start=start,
-        history=history,
-        decide=cadence,
-        max_steps=options.max_steps,
-        eval_every=options.eval_every,
-    )
-    outcome = Outcome(workdir, impl.name, dataset.name, config, result)
-    outcome.stopped_by = cadence.stopped_by if result.stopped else 0
-    return outcome
-
-
-def _cadence(options: Options, stop: signals.GracefulStop, agree: Any) -> signals.Cadence:
-    return signals.Cadence(
-        options.checkpoint_every, options.checkpoint_every_seconds, stop=stop, agree=agree
-    )
-
-
-def _train_into(
-    out: Path,
-    impl: Any,
-    state: Any,
-    config: Config,
-    dataset: Dataset,
-    keys: RunKeys,
-    options: Options,
-    *,
-    stop: signals.GracefulStop,
-    agree: Any = None,
-    start: Any = None,
-    history: Any = (),
-) -> Outcome:
-    """Train with metrics and checkpoints written as it goes; then, unless stopped, the final
-    pictures, parameters, summary and evaluation (a signal interrupts those at once: training is
-    done and checkpointed, and ``--resume`` writes them)."""
-    log = rundir.MetricsLog(out / rundir.METRICS_FILE)
-    board = None
-    if options.tensorboard:
-        from cvae_rosetta.app.tensorboard import TensorBoardLog
-
-        board = TensorBoardLog(out / TB_DIR, impl, dataset, keys, history=history)
-    saver = checkpoint.Saver(out, impl, config, keys, dataset, keep=options.keep_checkpoints)
-    cadence = _cadence(options, stop, agree)
-
-    def on_record(record: dict[str, Any]) -> None:
-        log(record)
-        if board is not None and _evaluated(record):  # its epoch scalars need the test metrics
-            board(record)
-
-    with files.closed_after(log, saver, board):
-        result = train(
-            impl,
-            state,
-            config,
-            dataset,
-            keys,
-            on_record=on_record,
-            progress=options.progress,
-            desc=impl.name,
-            start=start,
-            history=history,
-            on_checkpoint=saver,
-            decide=cadence,
-            debug_nans=options.debug_nans,
-            on_epoch=board.pictures if board is not None else None,
-            profile=options.profile(out),
-            max_steps=options.max_steps,
-            eval_every=options.eval_every,
-            log_every=options.log_every,
-        )
-    outcome = Outcome(out, impl.name, dataset.name, config, result)
-    if result.stopped:
-        outcome.stopped_by = cadence.stopped_by
-        return outcome
-    try:
-        with stop.immediately():
-            _write_outputs(outcome, impl, dataset, keys, options)
-    except signals.Stopped as stopped:
-        outcome.stopped_by = stopped.signum
-    return outcome
-
-
-def _evaluated(record: dict[str, Any]) -> bool:
-    """A step record, or an epoch record with the test split's metrics (``eval_every``)."""
-    return record["event"] != "epoch" or "test_loss" in record
-
-
-def _write_outputs(
-    outcome: Outcome, impl: Any, dataset: Dataset, keys: RunKeys, options: Options
-) -> None:
-    """The pictures, curves, summary, final parameters and evaluation of a finished run."""
-    out, result, config = outcome.workdir, outcome.result, outcome.config
-    with files.writing("the pictures", out):
-        rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
-        images.metric_panels(
-            {impl.name: rundir.curves_of([r for r in result.records if _evaluated(r)])},
-            out / rundir.CURVES_FILE,
-            title=f"{rundir.run_title(out, impl.name, result.records)} on {dataset.name}",
-        )
-    outcome.summary = {
-        "impl": impl.name,
-        **result.final(),
-        "compile_seconds": result.compile_seconds,
-        "steps_per_second": result.steps_per_second,
-    }
-    with files.writing("the summary", out / rundir.SUMMARY_FILE):
-        files.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
-    with files.writing("the final parameters", out / evaluate.PARAMS_FILE):
-        rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
-    with files.writing("the evaluation", out):
-        outcome.evaluation = evaluate.evaluate(
-            impl, result.state, dataset, config.train.seed, iw_samples=options.iw_samples, out=out
-        )
-        files.write_json(out / evaluate.EVALUATION_FILE, {"impl": impl.name, **outcome.evaluation})
-    outcome.written = [*rundir.RUN_FILES, *rundir.EVALUATION_FILES]
-    outcome.written += [f"{d}/" for d in (TB_DIR, PROFILE_DIR) if (out / d).is_dir()]
 
 
 def describe(outcome: Outcome) -> str:

@@ -8,16 +8,21 @@ it has one; its ``train_step`` otherwise). The test split is evaluated after eve
 fixed key, so evaluations are comparable across epochs and across implementations
 (``eval_every``: every so many epochs, and always after the last).
 
-A run can start anywhere (:class:`Progress`: step, epoch, batch within the epoch, the epoch's step
-metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)`` and step ``t``'s key is
-``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly the steps it would have
-taken uninterrupted and makes exactly the same records (``shared/app/checkpoint.py``).
+:func:`train` takes what is trained (a :class:`~cvae_rosetta.app.run.Job`), how the run is
+carried out (a :class:`~cvae_rosetta.app.run.Control`) and what hears of it as it goes
+(:class:`~cvae_rosetta.app.run.Callbacks`).
+
+A run can start anywhere (:class:`~cvae_rosetta.app.run.Progress`: step, epoch, batch within the
+epoch, the epoch's step metrics so far): the epoch's shuffle is ``fold_in(shuffle_key, epoch)``
+and step ``t``'s key is ``fold_in(run_key, t)``, so a run resumed from a checkpoint takes exactly
+the steps it would have taken uninterrupted and makes exactly the same records
+(``shared/app/checkpoint.py``).
 
 A step's record holds its metrics, the learning rate it was taken with (``optim.schedule``) and,
 where the step sees the gradient (any implementation with a ``grads_fn`` or a ``grads`` method and
 a state with ``apply_gradients``, in every data-parallel mode it runs: ``parallel.epoch_step``),
-``grad_norm``, the global norm of the gradient before clipping.
-``profile`` traces chosen steps with ``jax.profiler`` (:class:`ProfileSteps`).
+``grad_norm``, the global norm of the gradient before clipping. ``profile`` traces chosen steps
+with ``jax.profiler`` (:class:`~cvae_rosetta.app.run.ProfileSteps`).
 
 ``max_steps`` ends a run after that many steps in all (a resumed run's included), as a finished
 run: where it falls inside an epoch, that epoch's steps so far make a last, partial epoch record
@@ -32,157 +37,39 @@ steps.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae_rosetta.app.data import Dataset, EpochBatches, Split, eval_batches
+from cvae_rosetta.app.data import EpochBatches, Split, eval_batches
 from cvae_rosetta.app.parallel import epoch_step
+from cvae_rosetta.app.run import (
+    METRICS,
+    Callbacks,
+    Control,
+    Job,
+    Position,
+    Progress,
+    Record,
+    TrainResult,
+    check_debug_nans,
+    check_run_control,
+)
 from cvae_rosetta.files import on_terminal
 from cvae_rosetta.spec import optim, parallel
-from cvae_rosetta.spec.config import Config
-from cvae_rosetta.spec.errors import ConfigError, CvaeError
+from cvae_rosetta.spec.errors import CvaeError
 from cvae_rosetta.spec.protocol import Implementation
 from cvae_rosetta.spec.validation import Batch
-
-METRICS = ("loss", "recon", "kl")
-Record = dict[str, Any]
 
 
 class TrainingDiverged(CvaeError):
     """A step produced a non-finite metric."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunKeys:
-    """The keys of a run, all derived from its seed, none reused for two purposes."""
-
-    init: jax.Array
-    shuffle: jax.Array
-    train: jax.Array  # the run key of SPEC section 3: step t uses fold_in(train, t)
-    eval: jax.Array
-    sample: jax.Array
-
-    @classmethod
-    def from_seed(cls, seed: int) -> RunKeys:
-        return cls(*_five(jax.random.key(seed)))  # the key eagerly: a seed of up to 64 bits
-
-
-@jax.jit
-def _five(key: jax.Array) -> list[jax.Array]:
-    """A key split in five as one program (eagerly: one per operation)."""
-    return list(jax.random.split(key, 5))
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """Where a run stands: ``step`` steps done; the next is batch ``batch`` of epoch ``epoch``
-    (both counted from 0), so ``step == epoch * num_batches + batch``."""
-
-    step: int
-    epoch: int
-    batch: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Progress:
-    """What a run needs besides its train state to go on exactly where it stopped."""
-
-    position: Position
-    # [loss, recon, kl] of each step of the current epoch done so far (their means are the
-    # epoch record's train metrics); floats of float32 values, exact in JSON
-    epoch_metrics: tuple[tuple[float, float, float], ...] = ()
-    records: int = 0  # records made so far (metrics.jsonl lines), every step up to position.step
-    seconds: float = 0.0  # training seconds so far (the epoch records' "seconds")
-
-    @classmethod
-    def start(cls) -> Progress:
-        return cls(Position(0, 0, 0))
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileSteps:
-    """Steps ``first`` to ``last`` (counted from 1 as in ``metrics.jsonl``, both included) traced
-    with ``jax.profiler`` into ``directory`` (``plugins/profile/<time>/*.xplane.pb`` for
-    TensorBoard's profile plugin, and ``perfetto_trace.json.gz`` for https://ui.perfetto.dev).
-    The device is drained before the first and after the last, so the trace holds exactly them."""
-
-    first: int
-    last: int
-    directory: Path
-
-    @classmethod
-    def parse(cls, value: Any, directory: Path) -> ProfileSteps | None:
-        """``"A:B"`` (or ``(A, B)``) as steps ``A..B``; ``None`` for none; refuses anything else
-        with the ``profile_steps`` field named."""
-        if value is None:
-            return None
-        text = ":".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
-        first, sep, last = text.partition(":")
-        if sep and first.strip().isdigit() and last.strip().isdigit():
-            a, b = int(first), int(last)
-            if 1 <= a <= b:
-                return cls(a, b, Path(directory))
-        raise ConfigError(
-            "profile_steps: expected FIRST:LAST, whole steps with 1 <= FIRST <= LAST (counted "
-            f"from 1 as in metrics.jsonl, both traced), got {text!r}"
-        )
-
-    def check(self, done: int, total: int) -> None:
-        """Refuse steps outside those the run will take: ``done + 1 .. total``."""
-        if not (done < self.first and self.last <= total):
-            what = "the run's steps" if done == 0 else f"the {total - done} steps the run has left"
-            raise ConfigError(
-                f"profile_steps: expected steps within {done + 1}:{total} ({what}), got "
-                f"'{self.first}:{self.last}'"
-            )
-
-    @contextlib.contextmanager
-    def around(self, step: int, state: Any) -> Iterator[bool]:
-        """Inside the block step ``step`` (counted from 1) is dispatched; it starts the trace
-        before the first step and yields whether the step is traced."""
-        if step == self.first:
-            jax.block_until_ready(state)
-            self.directory.mkdir(parents=True, exist_ok=True)
-            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-        if not self.first <= step <= self.last:
-            yield False
-            return
-        with jax.profiler.StepTraceAnnotation("train", step_num=step):
-            yield True
-
-    def stop(self, state: Any = None) -> None:
-        """End the trace, after draining the device of ``state``'s computations (none: a run that
-        stops early keeps what was traced so far)."""
-        if state is not None:
-            jax.block_until_ready(state)
-        jax.profiler.stop_trace()
-
-
-@dataclasses.dataclass
-class TrainResult:
-    state: Any
-    records: list[Record]  # what metrics.jsonl holds: "step" and "epoch" events
-    compile_seconds: float  # trace + lower + compile of the step
-    steps_per_second: float  # steady state, compilation and evaluation excluded
-    progress: Progress | None = None  # where the run stands now
-    stopped: bool = False  # stopped early on request (should_stop), after a checkpoint
-    steps: int = 0  # steps taken by this call (0: a resumed run with nothing left to train)
-
-    def epochs(self) -> list[Record]:
-        return [r for r in self.records if r["event"] == "epoch"]
-
-    def final(self) -> Record:
-        return self.epochs()[-1]
 
 
 def evaluate(
@@ -202,29 +89,6 @@ def evaluate(
         for name in METRICS:
             totals[name] += float(metrics[name]) * x.shape[0]
     return {name: total / len(split) for name, total in totals.items()}
-
-
-def check_debug_nans(debug_nans: bool, config: Config) -> None:
-    """``debug_nans`` checks the serial step only."""
-    if debug_nans and config.train.data_parallel != "none":
-        raise ConfigError(
-            "debug_nans: expected train.data_parallel none (it checks the serial step), got "
-            f"{config.train.data_parallel!r}"
-        )
-
-
-def check_run_control(max_steps: Any = None, log_every: Any = 0, eval_every: Any = 1) -> None:
-    """``max_steps`` (``None``, or an integer >= 1), ``log_every`` (an integer >= 0; 0: no step
-    lines) and ``eval_every`` (an integer >= 1), refused naming the field."""
-    for name, value, least in (
-        ("max_steps", max_steps, 1),
-        ("log_every", log_every, 0),
-        ("eval_every", eval_every, 1),
-    ):
-        if value is None and name == "max_steps":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"{name}: expected an integer >= {least}, got {value!r}")
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -328,75 +192,43 @@ class _Report:
 
 
 def train(
-    impl: Implementation,
-    state: Any,
-    config: Config,
-    dataset: Dataset,
-    keys: RunKeys,
-    *,
-    on_record: Callable[[Record], None] | None = None,
-    progress: bool = True,
-    desc: str | None = None,
-    eval_batch_size: int = 1024,
-    start: Progress | None = None,
-    history: Sequence[Record] = (),
-    on_checkpoint: Callable[[Any, Progress], None] | None = None,
-    decide: Callable[[int, bool], tuple[bool, bool]] | None = None,
-    debug_nans: bool = False,
-    on_epoch: Callable[[Any, Record], None] | None = None,
-    profile: ProfileSteps | None = None,
-    max_steps: int | None = None,
-    eval_every: int = 1,
-    log_every: int = 0,
+    job: Job, state: Any, control: Control | None = None, callbacks: Callbacks | None = None
 ) -> TrainResult:
-    """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train``, or until step
-    ``max_steps`` (counted over the whole run, resumed or not) where that comes first.
+    """Train ``state`` for ``config.train.epochs`` epochs of ``dataset.train`` (``job``: what
+    is trained, from where), or until step ``control.max_steps`` (counted over the whole run,
+    resumed or not) where that comes first.
 
-    ``on_record`` receives every record as it is made (the CLI appends them to ``metrics.jsonl``,
-    so a run that is stopped keeps what it had). Raises :class:`TrainingDiverged` naming the step
-    and the metric if a step's metrics are not finite.
+    ``callbacks.on_record`` receives every record as it is made (the CLI appends them to
+    ``metrics.jsonl``, so a run that is stopped keeps what it had). Raises
+    :class:`TrainingDiverged` naming the step and the metric if a step's metrics are not finite.
 
-    Resuming: ``start`` is where ``state`` stands (default: step 0) and ``history`` the records made
-    before it (returned in ``TrainResult.records``, not emitted again). Checkpoints:
-    ``on_checkpoint(state, progress)`` receives the single-device state at the end and whenever
-    ``decide(t, boundary)`` says so; it is asked before the first step, after every step and at
-    every epoch's end (``boundary`` true at the first and the last), and again after each
-    checkpoint (a signal may come while it is written), and answers ``(write a checkpoint, stop)``
-    (a stop writes one first; :class:`cvae_rosetta.app.signals.Cadence`).
+    Resuming: ``job.start`` is where ``state`` stands (default: step 0) and ``job.history`` the
+    records made before it (returned in ``TrainResult.records``, not emitted again). Checkpoints:
+    ``callbacks.on_checkpoint(state, progress)`` receives the single-device state at the end and
+    whenever ``control.decide(t, boundary)`` says so; it is asked before the first step, after
+    every step and at every epoch's end (``boundary`` true at the first and the last), and again
+    after each checkpoint (a signal may come while it is written), and answers ``(write a
+    checkpoint, stop)`` (a stop writes one first; :class:`cvae_rosetta.app.signals.Cadence`).
     Every step up to ``progress.position.step`` has been recorded by then. A checkpoint due at an
     epoch's last step is made after that epoch's record. In a run of several processes every
     process asks at the same steps, so their answers may be agreed.
 
-    ``debug_nans`` runs every step under ``checkify`` with NaN checks (slower): the first
+    ``control.debug_nans`` runs every step under ``checkify`` with NaN checks (slower): the first
     operation that produces a NaN is named, with its source line, on the step it happens.
 
-    ``on_epoch(state, record)`` receives the single-device state after each epoch's record (for
-    pictures of the model as it trains). ``profile``: steps to trace (:class:`ProfileSteps`).
+    ``callbacks.on_epoch(state, record)`` receives the single-device state after each epoch's
+    record (for pictures of the model as it trains). ``control.profile``: steps to trace
+    (:class:`~cvae_rosetta.app.run.ProfileSteps`).
 
-    ``eval_every``: the test split is evaluated (the epoch record's ``test_*``) every so many
-    epochs, and always at the run's end. ``progress``: a progress bar where one can be drawn
-    (:func:`on_terminal`), a line per epoch elsewhere; ``log_every``: a line every so many steps
-    too (0: none). Both on stderr.
+    ``control.eval_every``: the test split is evaluated (the epoch record's ``test_*``) every so
+    many epochs, and always at the run's end. ``control.progress``: a progress bar where one can be
+    drawn (:func:`on_terminal`), a line per epoch elsewhere; ``control.log_every``: a line every so
+    many steps too (0: none). Both on stderr, named ``job.label``.
     """
-    check_run_control(max_steps, log_every, eval_every)
-    run = _Training(
-        impl,
-        config,
-        dataset,
-        keys,
-        start=start,
-        history=history,
-        debug_nans=debug_nans,
-        eval_batch_size=eval_batch_size,
-        on_record=on_record,
-        on_checkpoint=on_checkpoint,
-        decide=decide,
-        on_epoch=on_epoch,
-        profile=profile,
-        max_steps=max_steps,
-        eval_every=eval_every,
-    )
-    run.begin(state, progress=progress, desc=desc, log_every=log_every)
+    control, callbacks = control or Control(), callbacks or Callbacks()
+    check_run_control(control.max_steps, control.log_every, control.eval_every)
+    run = _Training(job, control, callbacks)
+    run.begin(state)
     return run.run()
 
 
@@ -408,35 +240,20 @@ class _Training:
     Every key, write and record comes in the same order in every run, so a resumed run repeats the
     records of an uninterrupted one."""
 
-    def __init__(
-        self,
-        impl: Implementation,
-        config: Config,
-        dataset: Dataset,
-        keys: RunKeys,
-        *,
-        start: Progress | None,
-        history: Sequence[Record],
-        debug_nans: bool,
-        eval_batch_size: int,
-        on_record: Callable[[Record], None] | None,
-        on_checkpoint: Callable[[Any, Progress], None] | None,
-        decide: Callable[[int, bool], tuple[bool, bool]] | None,
-        on_epoch: Callable[[Any, Record], None] | None,
-        profile: ProfileSteps | None,
-        max_steps: int | None = None,
-        eval_every: int = 1,
-    ) -> None:
+    def __init__(self, job: Job, control: Control, callbacks: Callbacks) -> None:
         """Check the run before anything is placed on a device or compiled."""
-        self.impl, self.config, self.dataset, self.keys = impl, config, dataset, keys
+        impl, config, dataset, start = job.impl, job.config, job.dataset, job.start
+        self.job, self.control = job, control
+        self.impl, self.config, self.dataset, self.keys = impl, config, dataset, job.keys
         self.batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
         self.plan = parallel.Plan.of(config)
         parallel.check_mechanism(self.plan.mechanism, impl)
-        check_debug_nans(debug_nans, config)
-        self.debug_nans, self.eval_batch_size, self.profile = debug_nans, eval_batch_size, profile
-        self.emit = on_record or (lambda record: None)
-        self.on_checkpoint, self.on_epoch = on_checkpoint, on_epoch
-        self.records: list[Record] = list(history)
+        check_debug_nans(control.debug_nans, config)
+        self.debug_nans, self.profile = control.debug_nans, control.profile
+        self.eval_batch_size = control.eval_batch_size
+        self.emit = callbacks.on_record or (lambda record: None)
+        self.on_checkpoint, self.on_epoch = callbacks.on_checkpoint, callbacks.on_epoch
+        self.records: list[Record] = list(job.history)
         self.resumed = start is not None  # from a checkpoint at its own position
         self.start = start or Progress.start()
         self.epochs, self.num_batches = config.train.epochs, self.batches.num_batches
@@ -450,16 +267,16 @@ class _Training:
                 f"{self.num_batches}), got step {first.step}, epoch {first.epoch}, batch "
                 f"{first.batch}"
             )
-        self.decide = decide or (lambda t, boundary: (False, False))
+        self.decide = control.decide or (lambda t, boundary: (False, False))
         # the run's last step: its epochs' end, or max_steps where that comes first
         self.limit = self.epochs * self.num_batches
-        if max_steps is not None:
-            self.limit = min(self.limit, max_steps)
-        self.eval_every = eval_every
+        if control.max_steps is not None:
+            self.limit = min(self.limit, control.max_steps)
+        self.eval_every = control.eval_every
 
     # --- start or resume --------------------------------------------------------------------------
 
-    def begin(self, state: Any, *, progress: bool, desc: str | None, log_every: int = 0) -> None:
+    def begin(self, state: Any) -> None:
         """Place ``state``, load the first epoch's data, compile the step (timed) and open the
         progress bar, at the run's start or where it resumes."""
         first, impl = self.first, self.impl
@@ -473,14 +290,13 @@ class _Training:
         self.compiled = step.compile()
         self.compile_seconds = time.perf_counter() - begin
         self.eval_loss = jax.jit(impl.loss)
-        name = desc or getattr(impl, "name", "train")
         self.report = _Report(
-            name,
+            self.job.label,
             total=self.limit,
             epochs=self.epochs,
             start=self.start,
-            progress=progress,
-            log_every=log_every,
+            progress=self.control.progress,
+            log_every=self.control.log_every,
         )
         self.t = first.step
         self.train_seconds = self.start.seconds
