@@ -12,10 +12,10 @@ import re
 import tomllib
 
 from differences import section_differences
-from markdown_text import _cap, page_title
-from repository import BUILTIN, DOCS, IMPLEMENTATIONS, ROOT, SECTIONS, DocsError, _shown
+from markdown_text import capitalized, page_title
+from repository import BUILTIN, DOCS, IMPLEMENTATIONS, ROOT, SECTIONS, DocsError, shown_name
 from sections import sections_of
-from tabs import _tabs, literal, tab_set
+from tabs import directive_tabs, literal, tab_set
 
 
 def compare_files() -> str:
@@ -34,7 +34,7 @@ def compare_files() -> str:
             raise DocsError(f"{source} has sections {list(sections)}, expected {SECTIONS}")
         first = min(start for start, _ in sections.values())
         lines = (ROOT / source).read_text(encoding="utf-8").splitlines()[: first - 1]
-        title = f"{_shown(source)} · lines 1-{first - 1}"
+        title = f"{shown_name(source)} · lines 1-{first - 1}"
         openings[key] = [(title, literal("\n".join(lines).rstrip()))]
     out = ['<div class="rosetta-compare" markdown>', "", "## Docstring and imports", ""]
     out += [
@@ -56,7 +56,7 @@ def compare_files() -> str:
             "",
             compare_section_intro(section, set(openings), differs, holds),
         ]
-        out += [_tabs(f"impls:{section}", set(openings))]
+        out += [directive_tabs(f"impls:{section}", set(openings))]
     return "\n".join([*out, "</div>", ""])
 
 
@@ -96,7 +96,7 @@ def contrasts() -> dict[str, dict[str, str]]:
 
 def contrast(table: dict[str, str], a: str, b: str) -> str:
     """What ``a`` does in one section against what ``b`` does: one or two sentences."""
-    label = {key: _cap(label) for key, (label, _) in IMPLEMENTATIONS.items()}
+    label = {key: capitalized(label) for key, (label, _) in IMPLEMENTATIONS.items()}
     first = table["axis"]
     if table[a] == table[b]:
         return f"**{first}.** {label[a]} and {label[b]} alike: {table[b]}."

@@ -17,8 +17,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from markdown_text import _cap, _row
-from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, _label
+from markdown_text import capitalized, table_row
+from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, impl_label
 
 REPORT = DOCS / "data" / "conformance.json"  # the committed report; see docs/conformance.md
 REPORT_ENV = "CVAE_DOCS_CONFORMANCE_REPORT"  # another report instead, e.g. one just written
@@ -129,7 +129,7 @@ def _group(impls: list[str], everyone: list[str]) -> str:
     if impls == everyone and len(everyone) > 1:
         n = len(everyone)
         return f"all {NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else n}"
-    labels = [_label(i) for i in impls]
+    labels = [impl_label(i) for i in impls]
     return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
@@ -171,10 +171,10 @@ def conformance_summary(where: str) -> str:
     clean = [i for i in impls if not n_failed[i] and not n_skipped[i]]
     if clean == impls:
         who = (
-            f"{_label(impls[0])} passes every check that applies to it"
+            f"{impl_label(impls[0])} passes every check that applies to it"
             if len(impls) == 1
-            else f"{_cap(_group(impls, impls))} implementations pass every check that applies "
-            "to them"
+            else f"{capitalized(_group(impls, impls))} implementations pass every check that "
+            "applies to them"
         )
         first = (
             f"{who} in the conformance suite's {when}: {_count(len(checks), 'check')}, "
@@ -185,7 +185,7 @@ def conformance_summary(where: str) -> str:
         for i in impls:
             if n_failed[i]:
                 part = (
-                    f"{_label(i)} fails {n_failed[i]} of its {cases[i]} cases, in "
+                    f"{impl_label(i)} fails {n_failed[i]} of its {cases[i]} cases, in "
                     f"{_count(len(failed[i]), 'check')} ({_check_list(failed[i])})"
                 )
                 if n_skipped[i]:
@@ -193,7 +193,7 @@ def conformance_summary(where: str) -> str:
                 parts.append(part)
             elif n_skipped[i]:
                 parts.append(
-                    f"{_label(i)} passes every case that ran but has {n_skipped[i]} of its "
+                    f"{impl_label(i)} passes every case that ran but has {n_skipped[i]} of its "
                     f"{cases[i]} cases skipped, neither passed nor failed, in "
                     f"{_count(len(skipped[i]), 'check')} ({_check_list(skipped[i])})"
                 )
@@ -248,7 +248,7 @@ def conformance_matrix() -> str:
     report, source = read_report()
     impls, checks = outcomes(report)
     versions = ", ".join(
-        f"{_label(k)} ({report['implementations'][k]['framework']} "
+        f"{impl_label(k)} ({report['implementations'][k]['framework']} "
         f"{report['implementations'][k]['version']})"
         for k in impls
         if k in report.get("implementations", {})
@@ -258,17 +258,17 @@ def conformance_matrix() -> str:
         f"with jax {report.get('jax', '?')} and Python {report.get('python', '?')}: {versions}. "
         f"{len(checks)} checks, one a row; the last row counts each implementation's cases.",
         "",
-        _row(["check", *map(_label, impls)]),
+        table_row(["check", *map(impl_label, impls)]),
         "|---|" + ":---:|" * len(impls),
     ]
     for name in sorted(checks):
-        lines.append(_row([_check_name(name), *(_cell(checks[name].get(i)) for i in impls)]))
+        lines.append(table_row([_check_name(name), *(_cell(checks[name].get(i)) for i in impls)]))
     summary = report.get("summary", {})
     totals = [
         ", ".join(f"{n} {k}" for k, n in sorted(summary.get(i, {}).items()) if n) or "-"
         for i in impls
     ]
-    lines.append(_row(["**all**", *totals]))
+    lines.append(table_row(["**all**", *totals]))
     drift = suite_drift(checks)
     if drift:
         lines += ["", drift]

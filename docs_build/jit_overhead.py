@@ -3,8 +3,8 @@ time against its own implementation's fast path, from the committed ``cvae bench
 
 from __future__ import annotations
 
-from markdown_text import _row
-from repository import IMPLEMENTATIONS, ROOT, DocsError, _label, _rel
+from markdown_text import table_row
+from repository import IMPLEMENTATIONS, ROOT, DocsError, impl_label, repo_path
 
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
@@ -29,7 +29,7 @@ def jit_overhead() -> str:
         try:
             result = results.load(path)
         except (ValueError, KeyError) as error:
-            raise DocsError(f"{_rel(path)}: {error}") from None
+            raise DocsError(f"{repo_path(path)}: {error}") from None
         backend = str((result.get("environment") or {}).get("backend") or "?").upper()
         sources.append(f"`{name}` ({results.provenance(result)})")
         sizes = sorted(result["batches"], key=int)
@@ -42,12 +42,12 @@ def jit_overhead() -> str:
                 entry = (row.get("vs_fast") or {}).get("step")
                 if not entry or entry.get("ratio") is None:
                     raise DocsError(
-                        f"{_rel(path)}: batch {size}: {row['impl']}:{row['path']} has no "
+                        f"{repo_path(path)}: batch {size}: {row['impl']}:{row['path']} has no "
                         "vs_fast['step'] ratio"
                     )
                 cells.setdefault((row["impl"], row["path"]), {})[column] = _ratio(entry)
     if not columns:
-        raise DocsError(f"no benchmark results in {_rel(RESULTS)} ({', '.join(BENCH_FILES)})")
+        raise DocsError(f"no benchmark results in {repo_path(RESULTS)} ({', '.join(BENCH_FILES)})")
     order = list(IMPLEMENTATIONS)
     rows = sorted(cells, key=lambda k: order.index(k[0]) if k[0] in order else len(order))
     lines = [
@@ -57,16 +57,16 @@ def jit_overhead() -> str:
         "1.00x is noise), at the smallest and the largest batch measured; from "
         f"{' and '.join(sources)}:",
         "",
-        _row(["idiomatic path", *columns]),
+        table_row(["idiomatic path", *columns]),
         "|---|" + "---:|" * len(columns),
     ]
     for impl, path in rows:
         first, _, rest = path.partition(" ")
         name = f"`{first}` {rest}".rstrip()
         lines.append(
-            _row(
+            table_row(
                 [
-                    f"{_label(impl)}: {name}",
+                    f"{impl_label(impl)}: {name}",
                     *(cells[impl, path].get(c, "-") for c in range(len(columns))),
                 ]
             )

@@ -46,9 +46,9 @@ def page_title(path: Path) -> str:
     return heading[1].strip() if heading else path.stem
 
 
-def _row(cells) -> str:
+def table_row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _cap(text: str) -> str:
+def capitalized(text: str) -> str:
     return text[:1].upper() + text[1:]

@@ -65,14 +65,14 @@ class DocsError(Exception):
     """A page asks for something the sources do not have; raised as MkDocs' PluginError."""
 
 
-def _rel(path: Path) -> str:
+def repo_path(path: Path) -> str:
     try:
         return path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return str(path)
 
 
-def _inside(file: str) -> bool:
+def in_repository(file: str) -> bool:
     """Whether ``file`` (relative to :data:`ROOT`, or absolute) is in the repository, where
     pymdownx.snippets can read it."""
     try:
@@ -82,10 +82,10 @@ def _inside(file: str) -> bool:
     return True
 
 
-def _shown(file: str) -> str:
+def shown_name(file: str) -> str:
     """How a code block's title names ``file``: its path in the repository, else its name."""
-    return file if _inside(file) else Path(file).name
+    return file if in_repository(file) else Path(file).name
 
 
-def _label(key: str) -> str:
+def impl_label(key: str) -> str:
     return IMPLEMENTATIONS[key][0] if key in IMPLEMENTATIONS else key

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from repository import ROOT, DocsError, _rel
+from repository import ROOT, DocsError, repo_path
 
 MARKER = re.compile(
     r"^[ \t]*#?[ \t]*-{1,}8<-{1,}[ \t]+\[[ \t]*(start|end)[ \t]*:[ \t]*([-\w]+)[ \t]*\]"
@@ -42,11 +42,13 @@ def sections_of(path: Path) -> dict[str, tuple[int, int]]:
         s, e = starts.get(name, []), ends.get(name, [])
         if len(s) != 1 or len(e) != 1:
             raise DocsError(
-                f"{_rel(path)}: section {name!r} must have one start and one end marker, "
+                f"{repo_path(path)}: section {name!r} must have one start and one end marker, "
                 f"has {len(s)} start and {len(e)} end (lines {sorted(s + e)})"
             )
         if e[0] < s[0]:
-            raise DocsError(f"{_rel(path)}: section {name!r} ends (line {e[0]}) before it starts")
+            raise DocsError(
+                f"{repo_path(path)}: section {name!r} ends (line {e[0]}) before it starts"
+            )
         found[name] = (s[0], e[0])
     return found
 
@@ -57,12 +59,12 @@ def section_text(path: Path, name: str) -> str:
     found = sections_of(path)
     if name not in found:
         have = ", ".join(found) or "none"
-        raise DocsError(f"{_rel(path)} has no section {name!r} (it has: {have})")
+        raise DocsError(f"{repo_path(path)} has no section {name!r} (it has: {have})")
     start, end = found[name]
     lines = path.read_text(encoding="utf-8").splitlines()[start : end - 1]
     kept = [line for line in lines if not ANY_MARKER.search(line)]
     if not any(line.strip() for line in kept):
-        raise DocsError(f"section {name!r} of {_rel(path)} is empty")
+        raise DocsError(f"section {name!r} of {repo_path(path)} is empty")
     return "\n".join(kept)
 
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from markdown_text import fence_for
-from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, _inside
+from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, in_repository
 from sections import sections_of
 from tabs import INCLUDE, literal
 
@@ -30,7 +30,7 @@ def source_files() -> list[str]:
     """The repository files the site shows as pages of their own: every file a page names in
     inline code (`` `impls/flax_nnx.py` ``) or includes (``<!-- snippet FILE -->``), the
     implementations' and the concept tour's files; text files with a known suffix only."""
-    named = {source for _, source in IMPLEMENTATIONS.values() if _inside(source)}
+    named = {source for _, source in IMPLEMENTATIONS.values() if in_repository(source)}
     named.update(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples" / "tour").glob("*.py"))
     for page in DOCS.rglob("*.md"):
         text = page.read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from markdown_text import fence_for
-from repository import BUILTIN, IMPLEMENTATIONS, ROOT, DocsError, _inside, _shown
+from repository import BUILTIN, IMPLEMENTATIONS, ROOT, DocsError, in_repository, shown_name
 from sections import SECTION_SUFFIX, section_text, sections_of
 
 DIRECTIVE = re.compile(r"^<!-- rosetta[ \t]*\n?(?P<body>.*?)-->[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -27,10 +27,10 @@ def expand_rosetta(markdown: str) -> str:
         flax_nnx: impls:loss impls:fast_path
         -->
     """
-    return DIRECTIVE.sub(lambda m: _tabs(m["body"]), markdown)
+    return DIRECTIVE.sub(lambda m: directive_tabs(m["body"]), markdown)
 
 
-def _tabs(body: str, keys: set[str] | None = None) -> str:
+def directive_tabs(body: str, keys: set[str] | None = None) -> str:
     """The tab set of one directive's body; ``keys``: only these implementations."""
     lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
     if not lines:
@@ -55,7 +55,7 @@ def _tabs(body: str, keys: set[str] | None = None) -> str:
             refs.append((source if file == "impls" else file, section))
         if key not in BUILTIN and not all(_has_section(f, s) for f, s in refs):
             continue  # one registered from outside: shown where its file has what is asked for
-        blocks[key] = [(f"{_shown(f)} · {s}", _code(f, s)) for f, s in refs]
+        blocks[key] = [(f"{shown_name(f)} · {s}", _code(f, s)) for f, s in refs]
     return tab_set(blocks)
 
 
@@ -67,7 +67,7 @@ def _has_section(file: str, section: str) -> bool:
 def _code(file: str, section: str) -> list[str]:
     """A code block's lines for a section: a snippet line where pymdownx.snippets can read the
     file, else the section itself, read here (a file outside the repository)."""
-    if _inside(file):
+    if in_repository(file):
         return [f'--8<-- "{file}:{section}"']
     return literal(section_text(ROOT / file, section))
 

@@ -300,7 +300,7 @@ def from_canonical(params: Canonical, compiled: Compiled) -> list[jax.Array]:
 
 class AdamState(NamedTuple):
     """Adam's count and moments, the moments in the structure of ``params``: what a checkpoint
-    keeps of the optimiser (``shared/app/checkpoint.py``)."""
+    keeps of the optimiser (``shared/app/trainstate.py``)."""
 
     count: jax.Array
     mu: list[jax.Array]

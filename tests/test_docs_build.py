@@ -55,7 +55,7 @@ from lines_of_code import (  # noqa: E402
     section_counts,
     shared_state_lines,
 )
-from markdown_text import _cap, outside_fences  # noqa: E402
+from markdown_text import capitalized, outside_fences  # noqa: E402
 from repository import BUILTIN, IMPLEMENTATIONS, SECTIONS, TOUR, DocsError  # noqa: E402
 from sections import MARKER, check_snippets, sections_of  # noqa: E402
 from tabs import expand_rosetta, literal, tab_set  # noqa: E402
@@ -196,7 +196,7 @@ def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "site" / "index.html").read_text()
     table = contrasts()
-    labels = {key: _cap(label) for key, (label, _) in IMPLEMENTATIONS.items()}
+    labels = {key: capitalized(label) for key, (label, _) in IMPLEMENTATIONS.items()}
     parts = re.split(r"<h2 id=\"", html)[1:]
     for section, part in zip((OPENING, *SECTIONS), parts, strict=True):
         lines = dict(

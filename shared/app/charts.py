@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app.images import _check_title
+from cvae_rosetta.app.images import check_title
 from cvae_rosetta.spec.errors import InputError, field_error
 
 CURVE_DPI = 100
@@ -315,7 +315,7 @@ def loss_curves(
     several use :func:`metric_panels`.
     """
     lines = _check_curves(curves)
-    title = _check_title(title)
+    title = check_title(title)
     figure = curves_figure([("", lines)], title=title, axis_labels=axis_labels)
     return _save_figure(figure, path)
 
@@ -351,7 +351,7 @@ def metric_figure(
 ) -> Any:
     """The figure :func:`metric_panels` writes, not saved."""
     lines = _check_curves(curves)
-    title = _check_title(title)
+    title = check_title(title)
     groups: dict[str, list[tuple[str, str, np.ndarray]]] = {}
     for line in lines:
         groups.setdefault(metric_name(line[1]), []).append(line)
@@ -415,7 +415,7 @@ def comparison_figure(
 
     xlabel, ylabel = axis_labels.x, axis_labels.y
     lines = _check_curves(curves)
-    title = _check_title(title)
+    title = check_title(title)
     runs = list(dict.fromkeys(run for run, _, _ in lines))
     if reference not in runs:
         raise InputError(

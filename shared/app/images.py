@@ -97,7 +97,7 @@ def _check_image_shape(image_shape: Any) -> tuple[int, int]:
     return int(image_shape[0]), int(image_shape[1])
 
 
-def _check_title(title: Any) -> str | None:
+def check_title(title: Any) -> str | None:
     if title is not None and not isinstance(title, str):
         raise field_error(InputError, "title", "a string or None", title)
     return title or None
@@ -266,7 +266,7 @@ def sample_grid(
     ``scale`` defaults to :func:`default_scale`.
     """
     shape = _check_image_shape(image_shape)
-    title = _check_title(title)
+    title = check_title(title)
     pixels = _check_images("images", images, shape)
     classes = _check_labels(labels, pixels.shape[0])
     factor = default_scale(shape) if scale is None else _check_positive_int("scale", scale)
@@ -306,7 +306,7 @@ def reconstruction_grid(
     """
     scale, columns = layout.scale, layout.columns
     shape = _check_image_shape(image_shape)
-    title = _check_title(title)
+    title = check_title(title)
     first = _check_images("originals", originals, shape)
     second = _check_images("reconstructions", reconstructions, shape)
     if first.shape[0] != second.shape[0]:
@@ -401,7 +401,7 @@ def combine_side_by_side(
     for i, caption in enumerate(captions or ()):
         if not isinstance(caption, str):
             raise field_error(InputError, f"captions[{i}]", "a string", caption)
-    title = _check_title(title)
+    title = check_title(title)
     rows = panel_rows(len(paths), columns)
     n_cols, n_rows = max(rows), len(rows)
 
