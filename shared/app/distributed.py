@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -46,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cvae_rosetta.app import resources
+from cvae_rosetta.app import resources, schedulers
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -56,6 +57,8 @@ DISTRIBUTED_MECHANISMS = ("sharded", "shard_map")
 # a process stopped by a signal after its checkpoint (128 + SIGINT, 128 + SIGTERM); the others stop
 # after the same step, so the launcher waits for them
 STOPPED_STATUSES = {128 + signal.SIGINT, 128 + signal.SIGTERM}
+FLAG_NAMES = ("coordinator", "num_processes", "process_id")  # of a place, as errors name them
+SHARED_TOKEN = ".cvae-shared-"  # process 0's token in --out, which every process must see
 PROCESSES_KEY = "processes"  # in config.json: the processes a run of several goes on as
 LAUNCHED_ENV = "CVAE_LAUNCHED"  # set by cvae launch in every process it starts
 LOST_STATUS = 2  # the exit status of a process whose run lost another process
@@ -73,6 +76,7 @@ class Place:
     coordinator: str
     num_processes: int
     process_id: int
+    scheduler: str | None = None  # the scheduler whose environment gave them, where one did
 
     @classmethod
     def of(cls, coordinator: Any, num_processes: Any, process_id: Any) -> Place:
@@ -99,9 +103,14 @@ class Place:
             )
         if not devices_given:
             config = config.replace(train=config.train.replace(devices=self.num_processes))
-        cluster = Cluster(self.coordinator, self.num_processes, self.process_id, config)
+        cluster = Cluster(
+            self.coordinator, self.num_processes, self.process_id, config, self.scheduler
+        )
         cluster.check()
         return cluster
+
+    def describe(self) -> str:
+        return describe(self)
 
     def resuming(self, run: Mapping[str, Any], config: Config, directory: Any) -> Cluster:
         """The cluster that goes on with the run in ``directory`` (``run``: its ``config.json``;
@@ -115,6 +124,16 @@ class Place:
                 f"distributed=True), got {self.num_processes}"
             )
         return self.cluster(config, devices_given=True)
+
+
+def describe(place: Place | Cluster) -> str:
+    """Where this process stands, and who said so: ``process 1 of 2, coordinator
+    node001:62077 (from SLURM's environment)``."""
+    found = f" (from {place.scheduler}'s environment)" if place.scheduler else ""
+    return (
+        f"process {place.process_id} of {place.num_processes}, coordinator "
+        f"{place.coordinator}{found}"
+    )
 
 
 def processes_of(run: Mapping[str, Any]) -> int:
@@ -132,6 +151,7 @@ class Cluster:
     num_processes: int
     process_id: int
     config: Config  # the run's, with one device per process unless --devices said otherwise
+    scheduler: str | None = None  # the scheduler whose environment placed it, where one did
 
     @classmethod
     def create(
@@ -139,6 +159,9 @@ class Cluster:
     ) -> Cluster:
         place = Place.of(coordinator, num_processes, process_id)
         return place.cluster(config, devices_given=devices_given)
+
+    def describe(self) -> str:
+        return describe(self)
 
     def check(self) -> None:
         """Refuse, before JAX starts, what cannot run across these processes."""
@@ -172,6 +195,41 @@ class Cluster:
                 f"{self.num_processes} processes together), got {config.train.devices}"
             )
 
+    def check_shared(self, out: Path) -> None:
+        """Refuse, before the first step, an ``out`` that is not one folder for every process
+        (node-local disks, or a relative path from different working folders): process 0 writes a
+        token into it, every process looks for it after a collective, and they agree on what
+        they saw. The token (and the folder, if it made it) is removed again either way."""
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        out = Path(out).expanduser()
+        number = secrets.randbits(31) if self.process_id == 0 else 0
+        made = self.process_id == 0 and not out.exists()
+        if self.process_id == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{SHARED_TOKEN}{number}").write_text(self.coordinator)
+        # after process 0 wrote it: the broadcast is a collective every process waits in
+        number = int(multihost_utils.broadcast_one_to_all(np.asarray(number, np.int32)))
+        token = out / f"{SHARED_TOKEN}{number}"
+        seen = token.is_file()
+        blind = self.agree(
+            *(int(i == self.process_id and not seen) for i in range(self.num_processes))
+        )
+        if self.process_id == 0:
+            token.unlink(missing_ok=True)
+            if made:
+                out.rmdir()
+        if any(blind):
+            which = [str(i) for i, flag in enumerate(blind) if flag]
+            raise ConfigError(
+                f"out: expected one folder that every process sees, got {out} ({out.resolve()} "
+                f"for process {self.process_id}), where process {', '.join(which)} of "
+                f"{self.num_processes} does not see what process 0 wrote "
+                "(put --out on a filesystem every process sees, as an absolute path where their "
+                "working folders differ)"
+            )
+
     def agree(self, *values: int) -> tuple[int, ...]:
         """Each value's maximum over all processes (one small all-gather): how the processes
         agree to stop, or to write a checkpoint, when only some of them know
@@ -193,9 +251,27 @@ def place_from(
 ) -> Place | None:
     """This process's place in a run of several processes (``None`` for a run of one), checked
     before JAX starts: ``coordinator``, ``num_processes`` and ``process_id`` are given with
-    ``distributed`` and only with it."""
+    ``distributed`` and only with it. Those not given come from the cluster a scheduler's
+    environment describes (:func:`cvae_rosetta.app.schedulers.detect`); given ones win."""
     if distributed:
-        return Place.of(coordinator, num_processes, process_id)
+        given = (coordinator, num_processes, process_id)
+        if None not in given:
+            return Place.of(*given)
+        found = schedulers.detect()
+        if found is None:
+            missing = next(
+                name for name, value in zip(FLAG_NAMES, given, strict=True) if value is None
+            )
+            raise ConfigError(
+                f"{missing}: expected a value, or a scheduler's environment that gives it (looked "
+                f"for {schedulers.looked_for()}), got none"
+            )
+        place = Place.of(
+            found.coordinator if coordinator is None else coordinator,
+            found.num_processes if num_processes is None else num_processes,
+            found.process_id if process_id is None else process_id,
+        )
+        return dataclasses.replace(place, scheduler=found.name)
     for name, value in (
         ("coordinator", coordinator),
         ("num_processes", num_processes),
@@ -233,13 +309,19 @@ def cluster_from(
 def resume_command(place: Place | Cluster | None) -> Callable[[Any], str]:
     """``run_dir -> the command that goes on with it``: ``cvae train --resume RUN`` for a run of
     one process; ``cvae launch --num-processes P -- train --resume RUN`` for one of several started
-    by ``cvae launch``, and otherwise the ``--distributed`` line every host runs."""
+    by ``cvae launch``; under a scheduler, the ``--distributed`` line it starts on every host
+    again; and otherwise that line with the coordinator flags."""
 
     def command(run_dir: Any) -> str:
         if place is None:
             return f"cvae train --resume {run_dir}"
         if os.environ.get(LAUNCHED_ENV):
             return f"cvae launch --num-processes {place.num_processes} -- train --resume {run_dir}"
+        if place.scheduler:  # the scheduler places every process again
+            return (
+                f"cvae train --resume {run_dir} --distributed (every process, started by "
+                f"{place.scheduler} as this job's were)"
+            )
         return (
             f"cvae train --resume {run_dir} --distributed --coordinator {place.coordinator} "
             f"--num-processes {place.num_processes} --process-id I (on every host, each its own I)"

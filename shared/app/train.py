@@ -183,6 +183,8 @@ def train_and_evaluate(
     with signals.GracefulStop() as stop:  # start-up included: it stops at the first step
         start_devices(config, cluster)
         stop.install()  # again, after jax.distributed took SIGTERM
+        if cluster is not None:  # one folder for every process, before anything is written
+            cluster.check_shared(Path(workdir))
         config, dataset = fit_to_data(config, given)
         profile = options.profile(Path(workdir))
         if profile is not None:
@@ -296,6 +298,7 @@ def _resume_locked(
     start_devices(config, cluster)
     if cluster is not None:
         into.stop.install()  # again, after jax.distributed took SIGTERM
+        cluster.check_shared(opened.directory)  # one run directory for every process
     opened.load()  # reads the checkpoint: JAX starts here, on the devices just arranged
     config, dataset = fit_to_data(config, given)
     done = opened.checkpoint.progress.position.step

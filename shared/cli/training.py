@@ -83,7 +83,10 @@ def _check_train(args: argparse.Namespace) -> Resolved:
 def cmd_train(args: argparse.Namespace) -> int:
     resolved = _check_train(args)
     if args.print_config:
-        return print_config(resolved, "train")
+        print_config(resolved, "train")
+        if args.distributed:  # where this process would stand, found or given
+            print(f"# --distributed: {_place(args).describe()}")
+        return 0
     start_jax(args)
     from cvae_rosetta.app import distributed, train
 
@@ -92,6 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume is not None:
         changes = {name: value for name, value in _given_values(args, given)}
         cluster = _check_resume_flags(args)  # this process's place, if one of several
+        _say_where(cluster)
         with distributed.lost_peers(cluster, args.resume):
             outcome = train.resume(args.resume, options, changes=changes, join=cluster)
     else:
@@ -106,6 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             devices_given="train.devices" in given,
         )
         workdir = args.out or train.default_workdir(options.impl)
+        _say_where(cluster)
         with distributed.lost_peers(cluster, workdir):
             outcome = train.train_and_evaluate(
                 config, workdir, options, given=given, cluster=cluster
@@ -206,7 +211,6 @@ def _check_resume_flags(args: argparse.Namespace) -> Any:
     """``--resume DIR`` goes on in DIR: no ``--out``, no ``--overwrite``; with ``--distributed``,
     this process's place among the processes that go on with it (checked against the run later,
     by ``train.resume``), else ``None``."""
-    from cvae_rosetta.app import distributed
 
     for flag, value in (("--out", args.out), ("--overwrite", args.overwrite or None)):
         if value is not None:
@@ -214,12 +218,26 @@ def _check_resume_flags(args: argparse.Namespace) -> Any:
                 f"{flag}: expected none with --resume (the run goes on in {args.resume}), got "
                 f"{value!r}"
             )
+    return _place(args)
+
+
+def _place(args: argparse.Namespace) -> Any:
+    """This process's place among several (``None`` without ``--distributed``): the flags given,
+    the rest from a scheduler's environment."""
+    from cvae_rosetta.app import distributed
+
     return distributed.place_from(
         distributed=args.distributed,
         coordinator=args.coordinator,
         num_processes=args.num_processes,
         process_id=args.process_id,
     )
+
+
+def _say_where(place: Any) -> None:
+    """The run's first line where a scheduler placed this process: which, and what it gave."""
+    if place is not None and place.scheduler:
+        print(f"cvae: joining the run as {place.describe()}", file=sys.stderr, flush=True)
 
 
 def _given_values(args: argparse.Namespace, given: set[str]):

@@ -1,0 +1,255 @@
+"""``--distributed`` on the schedulers people use: the cluster a scheduler's environment describes,
+joined with no coordinator flags, and one run folder for every process.
+
+- :func:`cvae_rosetta.app.schedulers.detect` reads SLURM's and Open MPI's environments as JAX's own
+  cluster detection reads them (the same coordinator, process count and id); flags given win,
+  field by field; without a scheduler the refusal says what was looked for.
+- Two local processes given SLURM's environment, and two given Open MPI's, as each scheduler sets
+  it, train with no coordinator flags and write parameters equal bit for bit to those of ``cvae
+  launch --num-processes 2 -- train`` with the same arguments; a run stopped at ``--max-steps``
+  and resumed under SLURM ends bit for bit as the uninterrupted one.
+- Two processes whose relative ``--out`` resolves to different folders stop before training, one
+  line each, status 2, nothing written.
+
+The tests that start processes are marked ``faults`` (``tox -e faults``), beside the other runs of
+several processes; the rest run in ``unit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from run_helpers import WAIT, outputs
+
+from cvae_rosetta.app import distributed, schedulers
+from cvae_rosetta.cli import main
+from cvae_rosetta.spec.errors import ConfigError
+
+RUN = ["--data-parallel", "shard_map", "--data", "synthetic", "--epochs", "1", "--no-progress"]
+RUN += ["--iw-samples", "1", "--no-tensorboard"]
+
+
+def slurm(job: int, rank: int) -> dict[str, str]:
+    """What ``srun --ntasks 2`` sets for task ``rank`` on one node."""
+    return {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_STEP_NUM_NODES": "1",
+    }
+
+
+def open_mpi(job: int, rank: int) -> dict[str, str]:
+    """What ``mpirun -np 2`` sets for rank ``rank`` (its job ids are multiples of 2**12)."""
+    return {
+        "OMPI_MCA_orte_hnp_uri": f"{job * 2**12}.0;tcp://127.0.0.1:45123",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+    }
+
+
+def free_job() -> int:
+    """A job id whose port (``schedulers.FIRST_PORT + job % PORTS``) is free now."""
+    for job in random.sample(range(schedulers.PORTS), 64):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", schedulers.FIRST_PORT + job))
+            except OSError:
+                continue
+            return job
+    raise AssertionError("no free port in the schedulers' range")
+
+
+# --- the environment, read ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "cluster"),
+    [(slurm(1234, 1), "slurm_cluster.SlurmCluster"), (open_mpi(99, 1), "ompi_cluster.OmpiCluster")],
+    ids=["slurm", "open_mpi"],
+)
+def test_a_scheduler_s_cluster_is_read_as_jax_reads_it(monkeypatch, environ, cluster):
+    import importlib
+
+    module, name = cluster.split(".")
+    jax_cluster = getattr(importlib.import_module(f"jax._src.clusters.{module}"), name)
+    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI]:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    assert jax_cluster.is_env_present()
+    found = schedulers.detect()
+    assert found is not None
+    assert found.coordinator == jax_cluster.get_coordinator_address(None, None)
+    assert found.num_processes == jax_cluster.get_process_count() == 2
+    assert found.process_id == jax_cluster.get_process_id() == 1
+
+
+@pytest.mark.parametrize(
+    ("nodes", "first"),
+    [
+        ("node001", "node001"),
+        ("node001,host2", "node001"),
+        ("node[001-015],host2", "node001"),
+        ("node[001,007-015],host2", "node001"),
+        ("gpu[7]", "gpu7"),
+    ],
+)
+def test_the_first_node_of_a_slurm_node_list(nodes, first):
+    assert schedulers.first_host(nodes) == first
+
+
+def test_no_scheduler_is_none_and_a_bad_value_is_named():
+    assert schedulers.detect({}) is None
+    assert schedulers.detect({"SLURM_JOB_ID": "5"}) is None  # incomplete: not SLURM's
+    with pytest.raises(ConfigError, match=r"^SLURM_NTASKS: expected a whole number .*'two'"):
+        schedulers.detect({**slurm(5, 0), "SLURM_NTASKS": "two"})
+    with pytest.raises(ConfigError, match=r"^coordinator: .* under Kubernetes"):
+        schedulers.detect({"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+
+
+def test_flags_win_over_the_scheduler_field_by_field(monkeypatch):
+    for key, value in slurm(1234, 1).items():
+        monkeypatch.setenv(key, value)
+    place = distributed.place_from(distributed=True, process_id=0)
+    assert (place.coordinator, place.num_processes, place.process_id) == ("localhost:62674", 2, 0)
+    assert place.scheduler == "SLURM"
+    given = distributed.place_from(
+        distributed=True, coordinator="10.0.0.1:1234", num_processes=3, process_id=2
+    )
+    assert (given.coordinator, given.num_processes, given.process_id, given.scheduler) == (
+        "10.0.0.1:1234", 3, 2, None
+    )  # fmt: skip
+
+
+def test_without_a_scheduler_the_refusal_says_what_was_looked_for(monkeypatch, capsys, tmp_path):
+    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI, *schedulers.ELSEWHERE.values()]:
+        monkeypatch.delenv(key, raising=False)
+    out = tmp_path / "run"
+    assert main(["train", "--distributed", *RUN, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("cvae: error: --coordinator: expected a value, or a scheduler's")
+    assert "SLURM's SLURM_JOB_ID" in err[0] and "Open MPI's OMPI_MCA_orte_hnp_uri" in err[0]
+    assert not out.exists()
+
+
+def test_print_config_says_which_scheduler_and_what_it_gave(monkeypatch, capsys):
+    for key, value in open_mpi(99, 1).items():
+        monkeypatch.setenv(key, value)
+    assert main(["train", "--distributed", *RUN, "--print-config"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    port = schedulers.FIRST_PORT + 99  # job 99's (read as JAX reads it: the test above)
+    assert last == (
+        f"# --distributed: process 1 of 2, coordinator 127.0.0.1:{port} (from Open MPI's "
+        "environment)"
+    )
+
+
+# --- two processes, as the scheduler starts them --------------------------------------------------
+
+
+def run_as(environ: dict[str, str], args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **environ}
+    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI]:
+        if key not in environ:
+            env.pop(key, None)
+    command = [sys.executable, "-W", "error::DeprecationWarning", "-m", "cvae_rosetta.cli", *args]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    return subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, **pipes)
+
+
+def both(scheduler, args: list[str], cwds: tuple[Path, Path]) -> list[tuple[int, list[str]]]:
+    """Processes 0 and 1 of one job under ``scheduler``'s environment; each one's status and
+    stderr lines (gloo's chatter dropped, as the launcher drops it)."""
+    job = free_job()
+    procs = [run_as(scheduler(job, rank), args, cwd) for rank, cwd in enumerate(cwds)]
+    ended = []
+    for proc in procs:
+        _, err = outputs(proc, WAIT)
+        lines = [line for line in err.splitlines() if distributed.without_chatter(line)]
+        ended.append((proc.returncode, lines))
+    return ended
+
+
+def params(run: Path) -> dict[str, np.ndarray]:
+    with np.load(run / "params.npz") as stored:
+        return {name: stored[name] for name in stored.files}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict[str, np.ndarray]:
+    """The parameters of ``cvae launch --num-processes 2 -- train`` with :data:`RUN`."""
+    out = tmp_path_factory.mktemp("launched") / "run"
+    assert main(["launch", "--num-processes", "2", "--", "train", *RUN, "--out", str(out)]) == 0
+    return params(out)
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("scheduler", [slurm, open_mpi], ids=["slurm", "open_mpi"])
+def test_two_processes_under_a_scheduler_equal_cvae_launch_bit_for_bit(
+    launched, tmp_path, scheduler
+):
+    args = ["train", "--distributed", *RUN, "--out", "run"]
+    (s0, err0), (s1, err1) = both(scheduler, args, (tmp_path, tmp_path))
+    assert (s0, s1) == (0, 0), (err0, err1)
+    name = "SLURM" if scheduler is slurm else "Open MPI"
+    for rank, err in enumerate((err0, err1)):
+        assert err[0].startswith(f"cvae: joining the run as process {rank} of 2, coordinator ")
+        assert err[0].endswith(f"(from {name}'s environment)"), err
+    assert_same(params(tmp_path / "run"), launched)
+
+
+@pytest.mark.faults
+def test_a_run_resumed_under_slurm_ends_as_the_uninterrupted_one(launched, tmp_path):
+    stopped = ["train", "--distributed", *RUN, "--max-steps", "3", "--out", "run"]
+    ended = both(slurm, stopped, (tmp_path, tmp_path))
+    assert [s for s, _ in ended] == [0, 0], ended
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["step"] == 3  # ended by --max-steps, written by process 0
+    resumed = ["train", "--resume", "run", "--distributed", "--max-steps", "8", "--no-progress"]
+    resumed += ["--iw-samples", "1", "--no-tensorboard"]
+    ended = both(slurm, resumed, (tmp_path, tmp_path))
+    assert [s for s, _ in ended] == [0, 0], ended
+    assert_same(params(tmp_path / "run"), launched)
+
+
+@pytest.mark.faults
+def test_an_out_the_processes_do_not_share_is_refused_before_anything_is_written(tmp_path):
+    cwds = (tmp_path / "a", tmp_path / "b")
+    for cwd in cwds:
+        cwd.mkdir()
+    args = ["train", "--distributed", *RUN, "--out", "run"]
+    ended = both(slurm, args, cwds)
+    for (status, err), cwd in zip(ended, cwds, strict=True):
+        assert status == 2, err
+        assert len(err) == 2 and "Traceback" not in "\n".join(err), err  # joining, then the line
+        assert err[1].startswith("cvae: error: --out: expected one folder that every process sees")
+        assert "process 1 of 2 does not see what process 0 wrote" in err[1]
+        assert "put --out on a filesystem every process sees" in err[1]
+        assert list(cwd.iterdir()) == []  # nothing written, process 0's token gone
+
+
+def test_the_resume_command_under_a_scheduler_is_its_line_again(monkeypatch):
+    monkeypatch.delenv(distributed.LAUNCHED_ENV, raising=False)
+    place = distributed.Place("localhost:61440", 2, 0, "SLURM")
+    assert distributed.resume_command(place)("RUN") == (
+        "cvae train --resume RUN --distributed (every process, started by SLURM as this job's were)"
+    )
