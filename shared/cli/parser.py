@@ -252,7 +252,10 @@ def _add_iw_samples(parser: argparse.ArgumentParser) -> None:
 def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("several processes (jax.distributed; see cvae launch)")
     group.add_argument(
-        "--distributed", action="store_true", help="join a multi-process run as one process"
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run as one process; what the three flags below do not "
+        "give comes from a scheduler's environment (SLURM, Open MPI; docs/clusters.md)",
     )
     group.add_argument(
         "--coordinator",
