@@ -1,5 +1,9 @@
 """SPEC section 5: the one optimiser every implementation uses, and its learning-rate schedule.
 
+:func:`make_optimizer` is public: ``make_optimizer(config.optim)`` is the spec's optimiser as an
+optax transformation, for an implementation or a trainer outside the project (docs/spec.md,
+section 5, shows its use).
+
 ``optim.schedule`` is ``constant`` (the spec's default, and what the conformance suite checks),
 ``cosine`` (from ``learning_rate`` down to ``end_learning_rate`` over ``decay_steps``) or
 ``warmup_cosine`` (linearly from 0 up to ``learning_rate`` over ``warmup_steps``, then the cosine
