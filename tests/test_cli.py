@@ -214,7 +214,7 @@ def bad_inputs(tmp_path):
             ["--data", "mnist", "--data-dir", str(tmp_path)],
             "train-images-idx3-ubyte",
         ),
-        "no data dir": (["--data", "mnist"], "data.data_dir"),
+        "no data dir": (["--data", "mnist"], "--data-dir: expected the directory"),
         "labels out of range": (
             ["--data", "mnist", "--data-dir", str(labels_bad)],
             "expected labels in [0, 10)",
@@ -286,7 +286,7 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path):
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("cvae: error: impl: expected a known implementation")
+    assert result.stderr.startswith("cvae: error: --impl: expected a known implementation")
     assert not (tmp_path / "x").exists()
 
 

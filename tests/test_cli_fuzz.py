@@ -53,7 +53,7 @@ VALID: dict[str, list[str]] = {
 
 # Bad values and the field each one must be refused under: a config field set by the flag is named
 # as the flag, the field in brackets (``--epochs (train.epochs): ...``); one the flag did not set
-# (--data mnist without --data-dir) as config.json names it.
+# (--data mnist without --data-dir) as the flag to give.
 INVALID: dict[str, list[tuple[str, str]]] = {
     "--epochs": [(v, "--epochs (train.epochs") for v in ("0", "-1", "1.5", "one", "", "1e2")],
     "--seed": [(v, "--seed (train.seed") for v in ("-1", "x", "0.5", "")],
@@ -83,7 +83,7 @@ INVALID: dict[str, list[tuple[str, str]]] = {
     "--data": [
         ("cifar10", "--data (data.name"),
         ("", "--data (data.name"),
-        ("mnist", "data.data_dir"),
+        ("mnist", "--data-dir"),
     ],
     "--iw-samples": [(v, "--iw-samples") for v in ("0", "-1", "4097", "k")],
 }

@@ -27,6 +27,12 @@ def check_data_dir(resolved: Resolved) -> None:
     refused, and for those two a directory that is not there is refused before JAX starts."""
     data = resolved.config.data
     if data.data_dir is None:
+        if data.name in READS_DATA_DIR:
+            raise ConfigError(
+                f"--data-dir: expected the directory that holds the files of --data {data.name}, "
+                f"which nothing downloads (the four IDX files or {data.name}.npz, from the data "
+                "set's own site or keras.datasets' cache), got none"
+            )
         return
     where = resolved.sources.get("data.data_dir", "--data-dir")
     if not data.data_dir.strip():  # '' would be the working directory
@@ -50,10 +56,10 @@ def check_data_dir(resolved: Resolved) -> None:
 IMPL_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
-def check_impl_names(names: Sequence[str]) -> None:
+def check_impl_names(names: Sequence[str], field: str = "impl") -> None:
     """Each name is registered (``cvae impls``) or reads ``module:attribute``; checked from the
     entry points without importing an implementation (or JAX). Whether it imports is checked
-    when it is loaded."""
+    when it is loaded. ``field``: the flag's name in a refusal (``impls`` for cvae compare's)."""
     from cvae_rosetta.spec import registry
 
     registered = registry.registered()
@@ -61,13 +67,13 @@ def check_impl_names(names: Sequence[str]) -> None:
         if name in registered or IMPL_NAME.match(name):
             continue
         if ":" in name or not name:
-            raise field_error(ImplementationNotFound, "impl", "a name or 'module:attribute'", name)
+            raise field_error(ImplementationNotFound, field, "a name or 'module:attribute'", name)
         listing = ", ".join(
             f"{i.name} ({'installed' if i.installed else 'not installed'})"
             for i in registry.known()
         )
         raise ImplementationNotFound(
-            f"impl: expected a known implementation or 'module:attribute', got {name!r}; "
+            f"{field}: expected a known implementation or 'module:attribute', got {name!r}; "
             f"known implementations: {listing}"
         )
 

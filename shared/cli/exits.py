@@ -15,7 +15,7 @@ from cvae_rosetta import files
 from cvae_rosetta.app import signals
 from cvae_rosetta.cli.checks import check_paths
 from cvae_rosetta.cli.jaxstart import check_jax_flags, platform_unavailable
-from cvae_rosetta.cli.messages import in_flags
+from cvae_rosetta.cli.messages import about_flags, in_flags
 from cvae_rosetta.cli.parser import build_parser
 from cvae_rosetta.spec.errors import CvaeError
 
@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         check_jax_flags(args)
         return args.func(args)
     except CvaeError as err:  # files.say: on stderr even after a full disk silenced fd 2
-        files.say(f"cvae: error: {in_flags(str(err), getattr(args, 'typed', None))}")
+        files.say(f"cvae: error: {in_flags(about_flags(err, args), getattr(args, 'typed', None))}")
         return REFUSED
     except RuntimeError as err:  # JAX refusing --platform when it starts (no such device here)
         if (line := platform_unavailable(err, args)) is None:

@@ -5,12 +5,15 @@ functions) to the flags that set them, and :func:`in_flags`, which rewrites a me
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from cvae_rosetta.bench.settings import SETTING_FLAGS
 from cvae_rosetta.cli.flags import FLAGS
 from cvae_rosetta.spec.config import SECTIONS
+from cvae_rosetta.spec.errors import DataError
 
 # The application's errors name what a flag sets: a config field (``optim.learning_rate``) or a
 # parameter of its functions (``checkpoint_every``). FIELD_FLAGS is the one table from those names
@@ -26,6 +29,7 @@ SAME_NAMES = (
 FIELD_FLAGS: dict[str, str] = {
     **{f"{section}.{field}": flag for flag, (section, field, _, _) in FLAGS.items()},
     **{name: "--" + name.replace("_", "-") for name in SAME_NAMES},
+    "impl": "--impl",
     "workdir": "--out",
     "config_file": "--config",
     "run_dir": "--run",
@@ -58,6 +62,19 @@ def in_flags(message: str, typed: Mapping[str, str] | None = None) -> str:
     if leads and leads[0] in FIELD_FLAGS and not _config_fields(leads[0]):
         shown[0] = FIELD_FLAGS[leads[0]]
     return ": ".join([*shown, _NAMED_INSIDE.sub(_flag_of, last)])
+
+
+def about_flags(err: Exception, args: argparse.Namespace) -> str:
+    """``err``'s message, led by the flag it follows from where it names none: a data file that
+    ``--data-dir`` pointed to (``damaged/mnist.npz: expected a readable NPZ file ...``) is
+    refused as ``data.data_dir: damaged/mnist.npz: ...``, which :func:`in_flags` shows as the flag
+    typed."""
+    text = str(err)
+    data_dir = getattr(args, "cfg_data_dir", None)
+    lead = text.partition(": ")[0]
+    if isinstance(err, DataError) and data_dir and Path(lead).is_relative_to(data_dir):
+        return f"data.data_dir: {text}"
+    return text
 
 
 def _flag_of(match: re.Match[str]) -> str:

@@ -140,7 +140,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"of them), got {args.impls!r}"
         )
     if names:
-        check_impl_names(names)
+        check_impl_names(names, "impls")
     check_data_dir(resolved)
     resources.check_fits(config)
     start_jax(args)
