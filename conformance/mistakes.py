@@ -1,12 +1,13 @@
 """The catalogue of known porting mistakes: what a failed check says when one explains what it saw.
 
 Each is tried only once the check has failed, against the float64 reference computed the mistaken
-way: a converter that transposes a square kernel or drops the biases, an encoder or a decoder that
-ignores the label, the latent layer's output split the other way round, probabilities where the
-spec returns logits, the sample, a reduction or the total of the loss written another way, Adam's
-epsilon, clipping or weight decay taken another way. The mistake that fits is named in the first
-line of the failure (``recon is 1/64 of the reference: a mean over pixels where the spec sums``),
-which the conformance plugin's diagnosis shows.
+way: a converter that transposes a square kernel, drops the biases or reads the latent layer's
+output interleaved, an encoder or a decoder that ignores the label, the latent layer's output split
+the other way round, probabilities where the spec returns logits, the sample, a reduction or the
+total of the loss written another way, a step that draws its noise from another key, Adam's
+epsilon, bias correction, clipping or weight decay taken another way. The mistake that fits is
+named in the first line of the failure (``recon is 1/64 of the reference: a mean over pixels where
+the spec sums``), which the conformance plugin's diagnosis shows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cvae_rosetta.conformance.common import (
     Hints,
     assert_close,
     explain_ratio,
+    key_bits,
     loss_axes,
     mismatch,
     spec_noise,
@@ -67,9 +69,24 @@ def _with_leaf(tree: Any, where, value) -> Any:
     )
 
 
+def _interleaved_latent(params: Any) -> Any:
+    """``params`` with the latent layer's output columns reordered so that its first half is the
+    canonical even columns and its second half the odd ones: the spec's split of that tree is an
+    interleaved split of the canonical one."""
+    latent = params["latent"]
+    width = np.shape(latent["bias"])[-1]
+    order = np.concatenate([np.arange(0, width, 2), np.arange(1, width, 2)])
+    moved = {
+        "kernel": np.asarray(latent["kernel"])[:, order],
+        "bias": np.asarray(latent["bias"])[order],
+    }
+    return {**jax.tree.map(np.asarray, params), "latent": moved}
+
+
 def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
     """The canonical tree as a mistaken converter would hand it to the model: each square kernel
-    transposed (a shape check cannot see it), every bias zero."""
+    transposed (a shape check cannot see it), every bias zero, the latent layer's output columns
+    taken interleaved (mean the even ones, logvar the odd ones: the shapes are the spec's)."""
     found = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         array = np.asarray(leaf)
@@ -86,6 +103,15 @@ def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
         params,
     )
     found.append(("every bias is zero: the biases given to from_canonical never reach it", no_bias))
+    if np.shape(params["latent"]["bias"])[-1] >= 4:  # with one latent dimension, the same split
+        found.append(
+            (
+                "the latent layer's output is split interleaved (mean the even columns, logvar "
+                "the odd ones), where the spec takes mean as the first L columns and logvar as "
+                "the last L",
+                _interleaved_latent(params),
+            )
+        )
     return found
 
 
@@ -207,6 +233,52 @@ def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | 
     return None
 
 
+def step_noise_mistake(got: float, inputs: LossInputs) -> str:
+    """What a step's ``metrics["loss"]`` ``got`` shows where it is not the float64 reference's at
+    the spec's noise for the key of ``inputs``: the key whose noise it fits, among those a port
+    derives from the given key or makes itself; else that the noise (or the loss) is not the
+    spec's."""
+    from cvae_rosetta.conformance import reference
+
+    params, batch, key, config = inputs
+    model = config.model
+
+    def at(k) -> float:
+        eps = spec_noise(k, batch.x.shape[0], model.latent_dim)
+        return reference.loss_and_grad(
+            params, batch.x, batch.c, eps, num_classes=model.num_classes, loss=config.loss
+        ).loss
+
+    others: dict[tuple[int, ...], tuple[str, jax.Array]] = {}  # by the key's bits
+    for what, other in (
+        ("jax.random.split(key)[0]", jax.random.split(key)[0]),
+        ("jax.random.split(key)[1]", jax.random.split(key)[1]),
+        ("jax.random.fold_in(key, 0)", jax.random.fold_in(key, 0)),
+        ("the fixed key jax.random.key(0) (or PRNGKey(0))", jax.random.key(0)),
+    ):
+        bits = key_bits(other)  # with threefry_partitionable, fold_in(key, i) is split(key)[i]
+        if bits in others:
+            first = others[bits][0]
+            others[bits] = (f"{first} (the same key as {what})", other)
+        else:
+            others[bits] = (what, other)
+    for what, other in others.values():
+        want = at(other)
+        if abs(got - want) <= RTOL * abs(want):
+            return (
+                f"train_step's metrics[\"loss\"] {got:.7g} is the float64 reference's at the "
+                f"noise of {what}, not of the key it was given ({at(key):.7g}): the step draws "
+                "its noise from that key, where the spec draws eps = normal(key, (B, L)) from the "
+                "key it is given"
+            )
+    return (
+        f"train_step's metrics[\"loss\"] {got:.7g} is not the float64 reference's at the noise "
+        f"normal(key, (B, L)) of the key it was given ({at(key):.7g}), nor at the noise of "
+        "split(key)[0], split(key)[1], fold_in(key, 0) or key(0): the step's noise is not "
+        "normal(key, (B, L)) of the key it was given, or its loss is not the spec's"
+    )
+
+
 def total_mistake(loss: float, recon: float, kl: float, beta: float) -> str | None:
     """What explains the total differing from ``recon + beta * kl`` when both terms match."""
     candidates = []
@@ -320,6 +392,61 @@ def epsilon_mistakes(t: int) -> list[tuple[str, float]]:
     return [(spec, uncorrected_epsilon(t)), (keras, uncorrected_epsilon(t, KERAS_DEFAULT_EPS))]
 
 
+def bias_correction_mistake(t: int) -> str:
+    """What step ``t`` of AdamW taken with the raw moments shows; the update ``m / sqrt(v)`` is
+    then ``(1 - b1^t) / sqrt(1 - b2^t)`` times the spec's ``m_hat / sqrt(v_hat)`` where eps is
+    negligible (3.16 at the first step)."""
+    from cvae_rosetta.conformance import reference
+
+    factor = (1 - reference.B1**t) / np.sqrt(1 - reference.B2**t)
+    return (
+        "the step is AdamW's without bias correction: m and v are used as they are, where the spec "
+        f"divides them by (1 - b1^t) and (1 - b2^t) (at step {t} the update is {factor:.3g} times "
+        "the spec's)"
+    )
+
+
+def adam_moments(opt_state: Any) -> tuple[Any, Any] | None:
+    """The moments ``(mu, nu)`` of the spec's optimiser state as :func:`common.spec_step` returns
+    it (``None``, a fresh optimiser, stays ``None``)."""
+    if opt_state is None:
+        return None
+    adam = [
+        leaf
+        for leaf in jax.tree.leaves(
+            opt_state, is_leaf=lambda node: isinstance(node, optax.ScaleByAdamState)
+        )
+        if isinstance(leaf, optax.ScaleByAdamState)
+    ]
+    assert len(adam) == 1, f"the spec's optimiser state holds {len(adam)} Adam states, not one"
+    return adam[0].mu, adam[0].nu
+
+
+def uncorrected_adam_step(
+    start: Any, grads: Any, optim: OptimConfig, moments=None, rate: float | None = None
+) -> Any:
+    """One step of the spec's clipped AdamW in float64 without the bias correction, from the raw
+    moments ``moments = (mu, nu)`` (``None``: a fresh optimiser) at ``rate`` (the constant
+    ``optim.learning_rate`` when ``None``): ``theta - rate * (m / (sqrt(v) + eps) + wd * theta)``
+    with ``m`` and ``v`` as they are."""
+    from cvae_rosetta.conformance import reference
+
+    leaves = [[np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(t)] for t in (start, grads)]
+    norm = float(np.sqrt(sum(np.sum(g * g) for g in leaves[1])))
+    scale = min(1.0, optim.clip_norm / norm) if norm > 0 else 1.0
+    if moments is None:
+        moments = [np.zeros_like(g) for g in leaves[1]], [np.zeros_like(g) for g in leaves[1]]
+    mu, nu = ([np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(m)] for m in moments)
+    b1, b2 = reference.B1, reference.B2
+    rate = optim.learning_rate if rate is None else rate
+    new = []
+    for theta, g, m, v in zip(*leaves, mu, nu, strict=True):
+        m, v = b1 * m + (1 - b1) * scale * g, b2 * v + (1 - b2) * (scale * g) ** 2
+        new.append(theta - rate * (m / (np.sqrt(v) + SPEC_EPS) + optim.weight_decay * theta))
+    treedef = jax.tree.structure(start)
+    return jax.tree.unflatten(treedef, new)
+
+
 def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple[str, Any]]:
     """One first step from ``start`` as plausible mistakes would take it, from the float64
     gradient ``grads``: ``(what it shows, the parameters it reaches)``."""
@@ -355,6 +482,7 @@ def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple
     ]
     for why, eps in epsilon_mistakes(1):
         found.append((why, spec_step(optim, start, grads32, eps=eps)[0]))
+    found.append((bias_correction_mistake(1), uncorrected_adam_step(start, grads, optim)))
     if optim.weight_decay:
         found.append(
             (

@@ -5,7 +5,9 @@ its state carried along, at the constant rate and under the learning-rate schedu
 The first check was added because a deliberately broken implementation passed the rest of the
 suite (``conformance/meta_tests``; ``docs/meta_tests.md`` lists which bug each check catches): the
 first step of a fresh Adam equals the first step of an Adam whose state never advances; only the
-second and later steps tell them apart.
+second and later steps tell them apart. Its failure names the mistake that explains it, where one
+does: the state that does not advance, epsilon added to the uncorrected root, the moments used
+without bias correction.
 
 The learning-rate schedules (``optim.schedule``): every other optimiser check runs at the constant
 rate, so an implementation that never reads ``optim.schedule`` passes them and trains at the wrong
@@ -54,7 +56,13 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.mistakes import epsilon_mistakes, step_mistake
+from cvae_rosetta.conformance.mistakes import (
+    adam_moments,
+    bias_correction_mistake,
+    epsilon_mistakes,
+    step_mistake,
+    uncorrected_adam_step,
+)
 from cvae_rosetta.spec.config import OptimConfig
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -117,6 +125,10 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
             *(
                 (why, spec_step(optim, before, grads, carried, eps=eps)[0])
                 for why, eps in epsilon_mistakes(t + 1)
+            ),
+            (
+                bias_correction_mistake(t + 1),
+                uncorrected_adam_step(before, ref.grads, optim, adam_moments(carried)),
             ),
         ]
         for path, reliable in jax.tree_util.tree_leaves_with_path(masks):
@@ -321,10 +333,14 @@ def test_train_step_follows_the_learning_rate_schedule(impl, optim):
 
         def explain(seen=seen):
             t, before, got, want, masks, where, ref, atol = seen
+            start = None if t == 1 else ref_states[-2]
+            moments = None if start is None else (start.mu, start.nu)
+            raw = uncorrected_adam_step(before, ref.grads, optim, moments, want.rate)
+            if step_mistake(got, [("raw", raw)], masks, atol) is not None:
+                return f"{where}: {bias_correction_mistake(t)}"
             why = rate_mistake(optim, t - 1, before, got, want, masks)
             if why is not None:
                 return f"{where} differ from the float64 reference {why}"
-            start = None if t == 1 else ref_states[-2]
             for why, eps in epsilon_mistakes(t):
                 other = reference.adamw_step(before, ref.grads, optim, start, eps=eps)
                 if step_mistake(got, [(why, other.params)], masks, atol) is not None:

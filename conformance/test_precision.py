@@ -230,14 +230,13 @@ def assert_all_float32(tree, what: str) -> None:
     )
 
 
-def matmul_dtypes(fn, *args) -> list[tuple[str, ...]]:
-    """Operand dtypes of every ``dot_general`` in the traced ``fn``, sub-computations included."""
-    found: list[tuple[str, ...]] = []
+def equations(fn, *args) -> list:
+    """Every equation of the traced ``fn``, those of its sub-computations included."""
+    found = []
 
     def walk(jaxpr) -> None:
         for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "dot_general":
-                found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+            found.append(eqn)
             for value in eqn.params.values():
                 for sub in value if isinstance(value, (tuple, list)) else (value,):
                     if isinstance(sub, jex.core.ClosedJaxpr):
@@ -247,6 +246,43 @@ def matmul_dtypes(fn, *args) -> list[tuple[str, ...]]:
 
     walk(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
+
+
+def matmul_dtypes(eqns) -> list[tuple[str, ...]]:
+    """Operand dtypes of every ``dot_general`` among ``eqns``."""
+    return [
+        tuple(str(v.aval.dtype) for v in eqn.invars)
+        for eqn in eqns
+        if eqn.primitive.name == "dot_general"
+    ]
+
+
+def has_values_of(eqns, dtype: str) -> bool:
+    """Whether any equation among ``eqns`` takes or makes a value of ``dtype``."""
+    return any(
+        str(getattr(getattr(v, "aval", None), "dtype", "")) == dtype
+        for eqn in eqns
+        for v in (*eqn.invars, *eqn.outvars)
+    )
+
+
+def ignored_compute_dtype(dtype: str, entry: str, dots, eqns) -> str:
+    """Why none of the matmuls of ``entry`` takes ``dtype`` operands only: ``dtype`` values that
+    meet float32 weights (JAX computes such a matmul in float32), or no ``dtype`` value at all."""
+    if not has_values_of(eqns, dtype):
+        return (
+            f"compute_dtype={dtype}: none of the {len(dots)} matmuls of {entry} takes {dtype} "
+            f"operands (e.g. {dots[0]}), and no {dtype} value appears in it: compute_dtype is "
+            "ignored"
+        )
+    mixed = [d for d in dots if dtype in d and "float32" in d]
+    seen = f"{len(mixed)} take {dtype} and float32" if mixed else f"e.g. {dots[0]}"
+    return (
+        f"compute_dtype={dtype}: the traced {entry} has {dtype} values, but none of its "
+        f"{len(dots)} matmuls takes {dtype} operands only ({seen}): {dtype} activations meet "
+        "float32 weights, and JAX computes such a matmul in float32 (cast the weights to "
+        "compute_dtype too)"
+    )
 
 
 def n_layers(model: ModelConfig) -> int:
@@ -304,20 +340,25 @@ def test_matmuls_take_the_compute_dtype(impl, model_name):
     for dtype in ("bfloat16", "float32"):
         state = impl.from_canonical(params, config_of(model_name, dtype))
         for entry, least in (("loss", layers), ("train_step", 2 * layers)):
-            dots = matmul_dtypes(getattr(impl, entry), state, batch, key)
-            floating = [d for d in dots if all("float" in t for t in d)]
+            eqns = equations(getattr(impl, entry), state, batch, key)
+            floating = [d for d in matmul_dtypes(eqns) if all("float" in t for t in d)]
             assert len(floating) >= least, (
                 f"{dtype} {entry}: {len(floating)} floating matmuls traced, expected at least "
                 f"{least} ({layers} layers)"
             )
             wrong = [d for d in floating if set(d) != {dtype}]
-            assert len(wrong) < len(floating) or dtype == "float32", (
-                f"compute_dtype={dtype}: none of the {len(floating)} matmuls of {entry} takes "
-                f"{dtype} operands (e.g. {wrong[0]}): compute_dtype is ignored"
-            )
+            if len(wrong) == len(floating) and dtype != "float32":
+                raise AssertionError(ignored_compute_dtype(dtype, entry, floating, eqns))
+            mixed = [d for d in wrong if dtype in d and dtype != "float32"]
             assert not wrong, (
                 f"compute_dtype={dtype}: {len(wrong)} of {len(floating)} matmuls of {entry} "
-                f"take other operands, e.g. {wrong[0]}"
+                f"take other operands, e.g. {(mixed or wrong)[0]}"
+                + (
+                    f": in {len(mixed)} of them {dtype} activations meet float32 weights, and JAX "
+                    "computes such a matmul in float32 (cast the weights to compute_dtype too)"
+                    if mixed
+                    else ""
+                )
             )
 
 
@@ -331,7 +372,9 @@ def test_bf16_forward_is_close_to_float32_but_not_equal(impl, model_name):
         err = rel_rms(got, want)
         assert err >= FORWARD_FLOOR, (
             f"{what}: relative RMS difference from float32 {err:.3g} = {err / U:.3f} U, expected "
-            f"at least {FORWARD_FLOOR / U:g} U: not computed in bfloat16"
+            f"at least {FORWARD_FLOOR / U:g} U: not computed in bfloat16 (an error this small "
+            "comes from rounding only some values, such as the inputs, to bfloat16 while the "
+            "matmuls compute in float32, or from computing in float16)"
         )
         assert_close_in_bf16(got, want, f"{what} (bfloat16 against float32)")
 

@@ -1,7 +1,12 @@
 """The ``step`` layer: one ``train_step`` against the float64 gradient fed through the spec's
 optimiser (SPEC section 5).
 
-The first check was added because a deliberately broken implementation passed the rest of the
+The first check holds the step to its key before any check of the optimiser: a step that draws its
+noise from another key than the one it is given (a fixed one, or one split from it) while ``loss``
+uses the given key passes every earlier layer, and the optimiser checks would see only an update
+that differs from the reference's. It names the key the noise fits, where one does.
+
+The clipping check was added because a deliberately broken implementation passed the rest of the
 suite (``conformance/meta_tests``; ``docs/meta_tests.md`` lists which bug each check catches).
 Adam's first update ``lr * g / (|g| + eps)`` does not depend on the gradient's scale, so one step
 at the usual clip norm cannot see whether the gradient was clipped; a clip norm that brings the
@@ -10,9 +15,9 @@ Keras's and TensorFlow's Adam adds it to the uncorrected ``sqrt(v)``, an effecti
 ``eps / sqrt(1 - b2^t)`` (31.6 times the spec's at the first step), which the usual gradients
 hide; the failure then names it (``mistakes.epsilon_mistakes``).
 
-Both check the optimiser's arithmetic, not the step's tracing, so they run the step jitted (one
-compiled program per optimiser setting; run eagerly, every small operation of the update compiles
-on its own). That the jitted step is the eager one is a check of the ``jit`` layer.
+Every check here runs the step jitted (one compiled program per optimiser setting; run eagerly,
+every small operation of the update compiles on its own): they check the step's arithmetic, not its
+tracing. That the jitted step is the eager one is a check of the ``jit`` layer.
 """
 
 from __future__ import annotations
@@ -38,10 +43,46 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.mistakes import optimizer_mistakes, step_mistake
+from cvae_rosetta.conformance.mistakes import (
+    LossInputs,
+    optimizer_mistakes,
+    step_mistake,
+    step_noise_mistake,
+)
 from cvae_rosetta.spec.config import OptimConfig
 
 params, batch = common.params, common.batch  # the suite's parameters and batch
+
+
+def test_train_step_draws_its_noise_from_the_key_it_is_given(impl, params, batch):
+    """Two keys give two steps from one state and batch, and the step's ``metrics["loss"]`` (the
+    loss before the update) is the float64 reference's at the noise ``normal(key, (B, L))`` of the
+    key it was given (SPEC section 3). Both steps run one compiled program."""
+    start = copy_to_host(params)
+    keys = {"jax.random.key(13)": jax.random.key(13), "jax.random.key(14)": jax.random.key(14)}
+    step = jax.jit(impl.train_step)
+    seen = []
+    for key in keys.values():
+        state, metrics = step(impl.from_canonical(suite_params(42), CONFIG), suite_batch(7), key)
+        seen.append(copy_to_host((impl.to_canonical(state), metrics)))
+    first, second = (jax.tree.leaves(s) for s in seen)
+    a, b = keys
+    assert not all(np.array_equal(x, y) for x, y in zip(first, second, strict=True)), (
+        f"train_step gives the same parameters and metrics for keys {a} and {b}: the step ignores "
+        "the key it is given; the spec draws its noise eps = normal(key, (B, L)) from it"
+    )
+    key = keys[a]
+    eps = spec_noise(key, B, MODEL.latent_dim)
+    ref = reference.loss_and_grad(start, batch.x, batch.c, eps, num_classes=MODEL.num_classes)
+    got = float(seen[0][1]["loss"])
+    assert_close(
+        got,
+        ref.loss,
+        f'train_step\'s metrics["loss"] for {a}',
+        rtol=RTOL,
+        against="the float64 reference loss at the noise normal(key, (B, L)) of that key",
+        explain=lambda: step_noise_mistake(got, LossInputs(start, batch, key, CONFIG)),
+    )
 
 
 def test_clipping_is_applied_before_adam(impl):

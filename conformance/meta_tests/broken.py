@@ -2,7 +2,9 @@ r"""Deliberately broken implementations: the reference with one plausible portin
 
 Every one reuses the reference (``pure_jax``, loaded by name like any implementation: the suite
 imports nothing of ``cvae_rosetta.impls``), its adapter's functions and
-:class:`cvae_rosetta.spec.protocol.Adapter`, and changes one thing. Each is a module attribute, so
+:class:`cvae_rosetta.spec.protocol.Adapter`, and changes one thing (the reference's forward pass
+and loss, rewritten from pieces a bug can swap, are in
+:mod:`cvae_rosetta.conformance.meta_tests.pieces`). Each is a module attribute, so
 the suite can be pointed at it::
 
     pytest --pyargs cvae_rosetta.conformance \
@@ -23,16 +25,30 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from cvae_rosetta.spec import canonical, protocol
+from cvae_rosetta.conformance.meta_tests.pieces import (
+    BASE,
+    DECODE,
+    ENCODE,
+    decoder,
+    dense,
+    encoder,
+    init_with,
+    make_objective,
+    mlp,
+    pipeline,
+    rebuild,
+    reference_params,
+    state_with_optimizer,
+)
+from cvae_rosetta.spec import canonical
 from cvae_rosetta.spec.canonical import layer_sizes
-from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
-from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
-from cvae_rosetta.spec.model import condition, noise, reparameterize, split_moments
+from cvae_rosetta.spec.config import Config, OptimConfig
+from cvae_rosetta.spec.model import noise, split_moments
 from cvae_rosetta.spec.optim import make_optimizer, schedule
 from cvae_rosetta.spec.protocol import Adapter
-from cvae_rosetta.spec.state import TrainState
 from cvae_rosetta.spec.validation import (
     Batch,
     check_batch,
@@ -41,7 +57,6 @@ from cvae_rosetta.spec.validation import (
     check_latent,
 )
 
-BASE: Adapter = protocol.load("pure_jax")
 BUGS: dict[str, str] = {}  # name -> the docstring of its bug, in definition order
 
 
@@ -66,125 +81,6 @@ def bug(build: Callable[[], Adapter]) -> Adapter:
     return impl
 
 
-def _rebuild(cls: type[Adapter], **changes) -> Adapter:
-    """The reference's adapter as an instance of ``cls`` (an Adapter with a method changed)."""
-    fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Adapter)}
-    return cls(**(fields | changes))
-
-
-def _reference_params(key, config: Config):
-    """The reference's initial parameters: its state's, in canonical form (which is its own)."""
-    return BASE.to_canonical_fn(BASE.init_fn(key, config))
-
-
-# --- the pieces a bug replaces --------------------------------------------------------------------
-# The reference's forward pass over its canonical parameter tree, written again from its pieces
-# (``impls/pure_jax.py``'s ``dense``, ``mlp``, ``encode`` and ``decode``) so that a bug can swap
-# one: ``_encoder()`` and ``_decoder()`` with nothing swapped are the reference's ``encode`` and
-# ``decode``.
-
-
-def _dense(layer, h):
-    return h @ layer["kernel"].astype(h.dtype) + layer["bias"].astype(h.dtype)
-
-
-def _mlp(layers, h):
-    for layer in layers:
-        h = jax.nn.relu(_dense(layer, h))
-    return h
-
-
-def _encoder(*, cond=condition, split=split_moments):
-    def encode(params, x, c, model):
-        h = cond(x.astype(model.compute_dtype), c, model.num_classes)
-        s = _dense(params["latent"], _mlp(params["encoder"], h))
-        return split(s, model.latent_dim)
-
-    return encode
-
-
-def _decoder(*, cond=condition, relu_output=False, output=lambda logits: logits):
-    def decode(params, z, c, model):
-        *hidden, out = params["decoder"]
-        h = _mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes))
-        logits = _dense(out, h)
-        if relu_output:
-            logits = jax.nn.relu(logits)
-        return output(logits).astype(jnp.float32)
-
-    return decode
-
-
-_ENCODE, _DECODE = _encoder(), _decoder()  # the reference's
-
-
-def _objective(
-    *, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean, recon=bernoulli_recon
-):
-    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its pieces swappable."""
-
-    def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
-        if loss.kind == "bernoulli":
-            recon_value = bernoulli_reduce(recon(logits, x))
-            kl_value = bernoulli_reduce(jnp.sum(kl(mean, logvar), axis=-1))
-        else:
-            squared = jnp.square(jax.nn.sigmoid(logits.astype(jnp.float32)) - x)
-            recon_value = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
-            kl_value = jnp.mean(kl(mean, logvar))
-        total = recon_value + loss.beta * kl_value
-        return total, {"loss": total, "recon": recon_value, "kl": kl_value}
-
-    return cvae_loss
-
-
-def _pipeline(
-    *,
-    encode=_ENCODE,
-    decode=_DECODE,
-    reparam=reparameterize,
-    objective=None,
-    **changes,
-) -> Adapter:
-    """The reference's adapter with its forward pass or loss built from other pieces."""
-    from cvae_rosetta.spec.losses import cvae_loss
-
-    objective = objective or cvae_loss
-
-    def loss_fn(params, batch, eps, config):
-        mean, logvar = encode(params, batch.x, batch.c, config.model)
-        z = reparam(mean, logvar, eps)
-        return objective(
-            decode(params, z, batch.c, config.model), batch.x, mean, logvar, config.loss
-        )
-
-    def train_step(state, batch, eps):
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
-        return state.apply_gradients(grads), metrics
-
-    fields = dict(
-        loss_fn=lambda state, batch, eps: loss_fn(state.params, batch, eps, state.config),
-        train_step_fn=train_step,
-        encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
-        decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
-    )
-    return dataclasses.replace(BASE, **(fields | changes))
-
-
-def _state_with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]):
-    """``from_canonical`` for a state whose optimiser is ``make(config.optim)``, not the spec's."""
-
-    def create(params, config: Config) -> TrainState:
-        tx = make(config.optim)
-        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), config, tx)
-
-    return create
-
-
-def _init_with(create):
-    return lambda key, config: create(_reference_params(key, config), config)
-
-
 # --- the loss -------------------------------------------------------------------------------------
 
 
@@ -192,35 +88,37 @@ def _init_with(create):
 def kl_missing_half():
     """The KL term written without its 0.5 (``exp(logvar) + mean^2 - 1 - logvar``), a factor-2 slip
     copying the formula."""
-    return _pipeline(objective=_objective(kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv))
+    return pipeline(
+        objective=make_objective(kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv)
+    )
 
 
 @bug
 def std_as_exp_logvar():
     """The reparameterisation takes the standard deviation as ``exp(logvar)`` instead of
     ``exp(0.5 * logvar)`` (the output read as a log-std)."""
-    return _pipeline(reparam=lambda mean, logvar, eps: mean + jnp.exp(logvar) * eps)
+    return pipeline(reparam=lambda mean, logvar, eps: mean + jnp.exp(logvar) * eps)
 
 
 @bug
 def loss_summed_over_batch():
     """The Bernoulli loss summed over the batch where the spec averages (PyTorch's
     ``reduction='sum'`` habit), so its scale grows with the batch size."""
-    return _pipeline(objective=_objective(bernoulli_reduce=jnp.sum))
+    return pipeline(objective=make_objective(bernoulli_reduce=jnp.sum))
 
 
 @bug
 def mse_summed_over_pixels():
     """The ``mse`` reconstruction summed over pixels like the Bernoulli one, where the source
     guide's definition is a mean over every element."""
-    return _pipeline(objective=_objective(mse_pixel_reduce=jnp.sum))
+    return pipeline(objective=make_objective(mse_pixel_reduce=jnp.sum))
 
 
 @bug
 def logits_as_probabilities():
     """``decode`` returns ``sigmoid`` probabilities (a Keras ``activation='sigmoid'`` output
     layer), and the loss then feeds them to a cross-entropy that expects logits."""
-    return _pipeline(decode=_decoder(output=jax.nn.sigmoid))
+    return pipeline(decode=decoder(output=jax.nn.sigmoid))
 
 
 def _naive_bernoulli(logits, x):
@@ -235,7 +133,7 @@ def bernoulli_loss_from_probabilities():
     log(1 - sigmoid(l)))``: right for moderate logits, but once a logit saturates in float32
     (``sigmoid(l) == 1.0``) it takes ``log(0)``, and the loss, its gradient and the parameters after
     one step are no longer finite."""
-    return _pipeline(objective=_objective(recon=_naive_bernoulli))
+    return pipeline(objective=make_objective(recon=_naive_bernoulli))
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -244,8 +142,8 @@ def bernoulli_loss_from_probabilities():
 def _encode_without_label(params, x, c, model):
     first, *rest = params["encoder"]
     h = x.astype(model.compute_dtype)
-    h = jax.nn.relu(_dense({**first, "kernel": first["kernel"][: model.input_dim]}, h))
-    s = _dense(params["latent"], _mlp(rest, h))
+    h = jax.nn.relu(dense({**first, "kernel": first["kernel"][: model.input_dim]}, h))
+    s = dense(params["latent"], mlp(rest, h))
     return split_moments(s, model.latent_dim)
 
 
@@ -253,7 +151,7 @@ def _encode_without_label(params, x, c, model):
 def encoder_ignores_label():
     """The encoder is fed ``x`` alone, as in the source guide's ``VAE``: only the decoder sees the
     label (the label rows of the first encoder kernel are never read)."""
-    return _pipeline(encode=_encode_without_label)
+    return pipeline(encode=_encode_without_label)
 
 
 def _one_hot_10(h, c, num_classes):
@@ -265,20 +163,20 @@ def _one_hot_10(h, c, num_classes):
 def one_hot_hardcoded_10():
     """``one_hot(c, 10)`` hard-coded from an MNIST port instead of ``config.model.num_classes``:
     right for ten labels, wrong for any other number."""
-    return _pipeline(encode=_encoder(cond=_one_hot_10), decode=_decoder(cond=_one_hot_10))
+    return pipeline(encode=encoder(cond=_one_hot_10), decode=decoder(cond=_one_hot_10))
 
 
 @bug
 def latent_split_swapped():
     """The latent layer's output split the other way round, ``logvar, mean = split(s, 2)``."""
-    return _pipeline(encode=_encoder(split=lambda s, n: split_moments(s, n)[::-1]))
+    return pipeline(encode=encoder(split=lambda s, n: split_moments(s, n)[::-1]))
 
 
 @bug
 def relu_on_output_layer():
     """The decoder's MLP loop applies its ReLU after every layer, the output layer included, so
     no logit is ever negative."""
-    return _pipeline(decode=_decoder(relu_output=True))
+    return pipeline(decode=decoder(relu_output=True))
 
 
 # --- the conversion to and from canonical parameters ---------------------------------------------
@@ -320,6 +218,33 @@ def biases_dropped_in_conversion():
     )
 
 
+def _interleave_latent(params, inverse: bool = False):
+    """The latent layer's output columns reordered so that the model's mean (its first half) is the
+    canonical even columns and its logvar the odd ones; ``inverse`` orders them back."""
+    latent = params["latent"]
+    width = latent["bias"].shape[-1]
+    order = np.concatenate([np.arange(0, width, 2), np.arange(1, width, 2)])
+    order = np.argsort(order) if inverse else order
+    return {
+        **params,
+        "latent": {"kernel": latent["kernel"][:, order], "bias": latent["bias"][order]},
+    }
+
+
+@bug
+def latent_interleaved_in_conversion():
+    """The converter reads the latent layer's ``[mean, logvar]`` output as interleaved pairs (mean
+    the even columns, logvar the odd ones) and writes it back the same way: the round trip is
+    exact and the shapes are the spec's."""
+    return dataclasses.replace(
+        BASE,
+        from_canonical_fn=lambda params, config: BASE.from_canonical_fn(
+            _interleave_latent(params), config
+        ),
+        to_canonical_fn=lambda state: _interleave_latent(state.params, inverse=True),
+    )
+
+
 class _NoCopyAdapter(Adapter):
     def to_canonical(self, state):
         return self.to_canonical_fn(state)  # the state's own buffers, not copies
@@ -329,7 +254,7 @@ class _NoCopyAdapter(Adapter):
 def canonical_views_of_donated_buffers():
     """``to_canonical`` hands out the state's own buffers instead of copies: once a step donates
     the state, the caller's canonical tree is deleted under it."""
-    return _rebuild(_NoCopyAdapter)
+    return rebuild(_NoCopyAdapter)
 
 
 class _AliasingAdapter(Adapter):
@@ -343,7 +268,7 @@ def from_canonical_keeps_callers_arrays():
     """``from_canonical`` builds the state on the caller's own arrays instead of copies: a jitted
     step that donates the state deletes the caller's parameter tree under it (and every later use
     of that tree fails with "Array has been deleted")."""
-    return _rebuild(_AliasingAdapter)
+    return rebuild(_AliasingAdapter)
 
 
 def _bf16_master(params, config: Config):
@@ -358,25 +283,39 @@ def parameters_stored_in_compute_dtype():
     lose bits."""
     return dataclasses.replace(
         BASE,
-        init_fn=lambda key, config: _bf16_master(_reference_params(key, config), config),
+        init_fn=lambda key, config: _bf16_master(reference_params(key, config), config),
         from_canonical_fn=_bf16_master,
         to_canonical_fn=lambda state: jax.tree.map(lambda p: p.astype(jnp.float32), state.params),
     )
 
 
 def _encode_f32(params, x, c, model):
-    return _ENCODE(params, x, c, dataclasses.replace(model, compute_dtype="float32"))
+    return ENCODE(params, x, c, dataclasses.replace(model, compute_dtype="float32"))
 
 
 def _decode_f32(params, z, c, model):
-    return _DECODE(params, z, c, dataclasses.replace(model, compute_dtype="float32"))
+    return DECODE(params, z, c, dataclasses.replace(model, compute_dtype="float32"))
 
 
 @bug
 def compute_dtype_ignored():
     """``compute_dtype`` is never read (a Flax ``Dense`` built without ``dtype=``): a bfloat16
     configuration silently computes in float32."""
-    return _pipeline(encode=_encode_f32, decode=_decode_f32)
+    return pipeline(encode=_encode_f32, decode=_decode_f32)
+
+
+def _dense_f32_weights(layer, h):
+    return h @ layer["kernel"] + layer["bias"]  # float32 weights: a bfloat16 h is promoted
+
+
+@bug
+def bf16_activations_with_f32_weights():
+    """The inputs cast to ``compute_dtype`` but the float32 parameters not: JAX computes a matmul
+    of bfloat16 activations and float32 weights in float32, so a bfloat16 configuration rounds its
+    inputs and then computes in float32."""
+    return pipeline(
+        encode=encoder(linear=_dense_f32_weights), decode=decoder(linear=_dense_f32_weights)
+    )
 
 
 # --- initialisation -------------------------------------------------------------------------------
@@ -454,9 +393,9 @@ def _l2_train_step(state, batch, eps):
 def weight_decay_as_l2_loss():
     """Weight decay added to the loss as an L2 penalty and fed through plain Adam (the
     ``torch.optim.Adam(weight_decay=...)`` habit) instead of AdamW's decoupled decay."""
-    create = _state_with_optimizer(_adam_without_decay)
+    create = state_with_optimizer(_adam_without_decay)
     return dataclasses.replace(
-        BASE, init_fn=_init_with(create), from_canonical_fn=create, train_step_fn=_l2_train_step
+        BASE, init_fn=init_with(create), from_canonical_fn=create, train_step_fn=_l2_train_step
     )
 
 
@@ -472,8 +411,8 @@ def gradient_clipping_missing():
     """The optimiser built as ``optax.adamw`` alone: ``clip_by_global_norm(clip_norm)`` is
     forgotten (harmless-looking, because Adam's first step does not depend on the gradient's
     scale)."""
-    create = _state_with_optimizer(_adamw_without_clipping)
-    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+    create = state_with_optimizer(_adamw_without_clipping)
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 
 
 @functools.cache
@@ -491,19 +430,20 @@ def schedule_ignored():
     """The optimiser built from ``learning_rate`` alone, ``optax.adamw(optim.learning_rate,
     ...)``: ``optim.schedule`` and its fields are never read, so a run asked for a warm-up and a
     cosine decay trains at the constant peak rate without a word."""
-    create = _state_with_optimizer(_constant_rate)
-    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+    create = state_with_optimizer(_constant_rate)
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 
 
-def _adam_epsilon_on_uncorrected_root(
-    b1: float, b2: float, eps: float
-) -> optax.GradientTransformation:
-    """Adam as Keras and TensorFlow write it: ``lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t)`` and
-    ``m / (sqrt(v) + eps)``, in optax's state (a ``ScaleByAdamState``)."""
+def _adam_on_raw_moments(*, fold_corrections: bool) -> optax.GradientTransformation:
+    """Adam (b1 0.9, b2 0.999, eps 1e-8) updating by ``m / (sqrt(v) + eps)`` with the raw moments,
+    in optax's state (a ``ScaleByAdamState``): with ``fold_corrections``, as Keras and TensorFlow
+    write it, the bias corrections folded into the rate (``sqrt(1 - b2^t) / (1 - b1^t)``); without,
+    no bias correction at all."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
 
     def init(params):
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros, nu=zeros)
+        mu, nu = (jax.tree.map(jnp.zeros_like, params) for _ in range(2))  # buffers of their own
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=mu, nu=nu)
 
     def update(updates, state, params=None):
         del params
@@ -511,7 +451,7 @@ def _adam_epsilon_on_uncorrected_root(
         nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
         count = optax.safe_int32_increment(state.count)
         t = count.astype(jnp.float32)
-        corrected = jnp.sqrt(1 - b2**t) / (1 - b1**t)
+        corrected = jnp.sqrt(1 - b2**t) / (1 - b1**t) if fold_corrections else 1.0
         updates = jax.tree.map(lambda m, v: corrected * m / (jnp.sqrt(v) + eps), mu, nu)
         return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
@@ -519,11 +459,11 @@ def _adam_epsilon_on_uncorrected_root(
 
 
 @functools.cache
-def _keras_adamw(optim: OptimConfig) -> optax.GradientTransformation:
+def _raw_moment_adamw(optim: OptimConfig, fold_corrections: bool) -> optax.GradientTransformation:
     rate = optim.learning_rate if optim.schedule == "constant" else schedule(optim)
     return optax.chain(
         optax.clip_by_global_norm(optim.clip_norm),
-        _adam_epsilon_on_uncorrected_root(0.9, 0.999, 1e-8),
+        _adam_on_raw_moments(fold_corrections=fold_corrections),
         optax.add_decayed_weights(optim.weight_decay),
         optax.scale_by_learning_rate(rate),
     )
@@ -535,8 +475,17 @@ def adam_epsilon_on_uncorrected_root():
     corrections folded into the rate, ``lr * sqrt(1 - b2^t) / (1 - b1^t)``, and epsilon added to
     the uncorrected ``sqrt(v)``, so the effective epsilon is ``eps / sqrt(1 - b2^t)``, 31.6 times
     the spec's at the first step (invisible until the gradients are tiny)."""
-    create = _state_with_optimizer(_keras_adamw)
-    return dataclasses.replace(BASE, init_fn=_init_with(create), from_canonical_fn=create)
+    create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, True))
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
+
+
+@bug
+def adam_without_bias_correction():
+    """Adam written from the moment updates alone, ``m / (sqrt(v) + eps)`` with ``m`` and ``v`` as
+    they are: no division by ``1 - b1^t`` and ``1 - b2^t``, so the first update is 3.16 times the
+    spec's and the early steps are too large."""
+    create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, False))
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 
 
 def _retracing_step(state, batch, eps):
@@ -566,7 +515,19 @@ class _FixedKeyAdapter(Adapter):
 def key_ignored():
     """The noise comes from a key made once at start-up (``key = PRNGKey(0)`` closed over) and
     the key passed in is ignored: the same noise on every step."""
-    return _rebuild(_FixedKeyAdapter)
+    return rebuild(_FixedKeyAdapter)
+
+
+class _StepFixedKeyAdapter(Adapter):
+    def train_step(self, state, batch, key):
+        return super().train_step(state, batch, jax.random.key(0))
+
+
+@bug
+def step_ignores_key():
+    """``loss`` draws its noise from the key it is given, but ``train_step`` from a key made once
+    at start-up: every loss check passes, and training sees the same noise on every step."""
+    return rebuild(_StepFixedKeyAdapter)
 
 
 _CALLS = itertools.count()
@@ -582,7 +543,7 @@ class _GlobalRngAdapter(Adapter):
 def hidden_rng_state():
     """A global generator advanced on every call (the NumPy/PyTorch habit) mixed into the key:
     the same key gives different noise on different calls."""
-    return _rebuild(_GlobalRngAdapter)
+    return rebuild(_GlobalRngAdapter)
 
 
 class _RowNoiseAdapter(Adapter):
@@ -597,7 +558,7 @@ class _RowNoiseAdapter(Adapter):
 def noise_shared_by_all_rows():
     """The noise drawn with shape ``(L,)`` and broadcast over the batch: every row of a step gets
     the same ``eps``."""
-    return _rebuild(_RowNoiseAdapter)
+    return rebuild(_RowNoiseAdapter)
 
 
 # --- input validation -----------------------------------------------------------------------------
@@ -633,7 +594,7 @@ class _UncheckedLabelsAdapter(Adapter):
 def labels_not_range_checked():
     """Labels checked for shape and dtype but not range: ``jax.nn.one_hot`` silently maps an
     out-of-range label to a zero row and the model trains on it."""
-    return _rebuild(_UncheckedLabelsAdapter)
+    return rebuild(_UncheckedLabelsAdapter)
 
 
 @contextlib.contextmanager
@@ -668,7 +629,7 @@ def bad_input_worded_freely():
     """Bad input refused with messages of its own (``invalid batch``, ``invalid input``) instead of
     the spec's ``<field>: expected <what>, got <actual>``: the caller learns neither which field is
     wrong nor why."""
-    return _rebuild(_FreelyWordedAdapter)
+    return rebuild(_FreelyWordedAdapter)
 
 
 NAMES: list[str] = list(BUGS)
@@ -688,11 +649,20 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "latent_split_swapped": ("forward", "encode returns (logvar, mean)"),
     "relu_on_output_layer": ("forward", "a ReLU after the output layer"),
     "latent_kernel_transposed": ("forward", "['latent']['kernel'] transposed"),
+    "latent_interleaved_in_conversion": (
+        "forward",
+        "the latent layer's output is split interleaved (mean the even columns, logvar the odd "
+        "ones)",
+    ),
     "biases_dropped_in_conversion": ("surface", "is all zeros"),
     "canonical_views_of_donated_buffers": ("jit", "to_canonical hands out the state's own buffers"),
     "from_canonical_keeps_callers_arrays": ("jit", "from_canonical keeps the caller's arrays"),
     "parameters_stored_in_compute_dtype": ("edges", "the parameters rounded to bfloat16"),
     "compute_dtype_ignored": ("precision", "compute_dtype is ignored"),
+    "bf16_activations_with_f32_weights": (
+        "precision",
+        "bfloat16 activations meet float32 weights, and JAX computes such a matmul in float32",
+    ),
     "uniform_init": ("shapes", "the spec's LeCun normal"),
     "optimizer_state_not_advanced": ("later_steps", "the optimiser state does not advance"),
     "weight_decay_as_l2_loss": ("step", "an L2 penalty"),
@@ -708,8 +678,10 @@ EXPECTED: dict[str, tuple[str, str]] = {
         "epsilon added to the uncorrected sqrt(v) (Keras's and TensorFlow's Adam): effective "
         "epsilon eps/sqrt(1-b2^t)",
     ),
+    "adam_without_bias_correction": ("step", "the step is AdamW's without bias correction"),
     "optimizer_rebuilt_every_step": ("jit", "traced 3 times"),
     "key_ignored": ("loss", "eps = normal(key, (B, L))"),
+    "step_ignores_key": ("step", "the step ignores the key it is given"),
     "hidden_rng_state": ("loss", "eps = normal(key, (B, L))"),
     "noise_shared_by_all_rows": ("loss", "the same noise row for every example"),
     "labels_not_range_checked": ("bad_input", "accepted, where the spec refuses it"),

@@ -125,7 +125,7 @@ def test_the_pieces_unchanged_are_the_reference():
 
     from cvae_rosetta.conformance.common import CONFIG, make_batch, reference_params
 
-    same = broken._pipeline()
+    same = broken.pipeline()
     params = reference_params(jax.random.key(0))
     batch, key = make_batch(jax.random.key(1)), jax.random.key(2)
     outputs = []

@@ -1,0 +1,143 @@
+"""The reference rewritten from pieces a broken implementation can swap, for ``broken``.
+
+The reference (``pure_jax``, loaded by name like any implementation: the suite imports nothing of
+``cvae_rosetta.impls``) and its forward pass and loss written again over its canonical parameter
+tree from its pieces (``impls/pure_jax.py``'s ``dense``, ``mlp``, ``encode`` and ``decode``):
+:func:`pipeline` with nothing swapped computes what the reference does, bit for bit
+(``test_meta.py`` holds it to that), so each broken implementation of
+:mod:`cvae_rosetta.conformance.meta_tests.broken` differs from the reference by its bug alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from cvae_rosetta.spec import protocol
+from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
+from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
+from cvae_rosetta.spec.model import condition, reparameterize, split_moments
+from cvae_rosetta.spec.protocol import Adapter
+from cvae_rosetta.spec.state import TrainState
+
+BASE: Adapter = protocol.load("pure_jax")
+
+
+def rebuild(cls: type[Adapter], **changes) -> Adapter:
+    """The reference's adapter as an instance of ``cls`` (an Adapter with a method changed)."""
+    fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Adapter)}
+    return cls(**(fields | changes))
+
+
+def reference_params(key, config: Config):
+    """The reference's initial parameters: its state's, in canonical form (which is its own)."""
+    return BASE.to_canonical_fn(BASE.init_fn(key, config))
+
+
+# --- the pieces a bug replaces --------------------------------------------------------------------
+# ``encoder()`` and ``decoder()`` with nothing swapped are the reference's ``encode``, ``decode``.
+
+
+def dense(layer, h):
+    return h @ layer["kernel"].astype(h.dtype) + layer["bias"].astype(h.dtype)
+
+
+def mlp(layers, h, linear=dense):
+    for layer in layers:
+        h = jax.nn.relu(linear(layer, h))
+    return h
+
+
+def encoder(*, cond=condition, split=split_moments, linear=dense):
+    def encode(params, x, c, model):
+        h = cond(x.astype(model.compute_dtype), c, model.num_classes)
+        s = linear(params["latent"], mlp(params["encoder"], h, linear))
+        return split(s, model.latent_dim)
+
+    return encode
+
+
+def decoder(*, cond=condition, relu_output=False, output=lambda logits: logits, linear=dense):
+    def decode(params, z, c, model):
+        *hidden, out = params["decoder"]
+        h = mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes), linear)
+        logits = linear(out, h)
+        if relu_output:
+            logits = jax.nn.relu(logits)
+        return output(logits).astype(jnp.float32)
+
+    return decode
+
+
+ENCODE, DECODE = encoder(), decoder()  # the reference's
+
+
+def make_objective(
+    *, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean, recon=bernoulli_recon
+):
+    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its pieces swappable."""
+
+    def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
+        if loss.kind == "bernoulli":
+            recon_value = bernoulli_reduce(recon(logits, x))
+            kl_value = bernoulli_reduce(jnp.sum(kl(mean, logvar), axis=-1))
+        else:
+            squared = jnp.square(jax.nn.sigmoid(logits.astype(jnp.float32)) - x)
+            recon_value = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
+            kl_value = jnp.mean(kl(mean, logvar))
+        total = recon_value + loss.beta * kl_value
+        return total, {"loss": total, "recon": recon_value, "kl": kl_value}
+
+    return cvae_loss
+
+
+def pipeline(
+    *,
+    encode=ENCODE,
+    decode=DECODE,
+    reparam=reparameterize,
+    objective=None,
+    **changes,
+) -> Adapter:
+    """The reference's adapter with its forward pass or loss built from other pieces."""
+    from cvae_rosetta.spec.losses import cvae_loss
+
+    objective = objective or cvae_loss
+
+    def loss_fn(params, batch, eps, config):
+        mean, logvar = encode(params, batch.x, batch.c, config.model)
+        z = reparam(mean, logvar, eps)
+        return objective(
+            decode(params, z, batch.c, config.model), batch.x, mean, logvar, config.loss
+        )
+
+    def train_step(state, batch, eps):
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (_, metrics), grads = grad_fn(state.params, batch, eps, state.config)
+        return state.apply_gradients(grads), metrics
+
+    fields = dict(
+        loss_fn=lambda state, batch, eps: loss_fn(state.params, batch, eps, state.config),
+        train_step_fn=train_step,
+        encode_fn=lambda state, x, c: encode(state.params, x, c, state.config.model),
+        decode_fn=lambda state, z, c: decode(state.params, z, c, state.config.model),
+    )
+    return dataclasses.replace(BASE, **(fields | changes))
+
+
+def state_with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]):
+    """``from_canonical`` for a state whose optimiser is ``make(config.optim)``, not the spec's."""
+
+    def create(params, config: Config) -> TrainState:
+        tx = make(config.optim)
+        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), config, tx)
+
+    return create
+
+
+def init_with(create):
+    return lambda key, config: create(reference_params(key, config), config)
