@@ -9,8 +9,11 @@ report, parametrises nothing, and leaves JAX's configuration and hypothesis's pr
 
 Asked, it adds ``--impl`` (repeatable; names or ``module:attribute``, default: the ``CVAE_IMPL``
 environment variable, else every installed implementation), prints which implementations run and
-the versions behind them in the report header, and parametrises every check of the suite that asks
-for the ``impl`` (or ``impl_pair``) fixture. For the suite's own tests only it pins float32
+the versions behind them in the report header (in the terminal summary instead where pytest hides
+the header: ``-q``, ``--no-header``), and parametrises every check of the suite that asks for the
+``impl`` (or ``impl_pair``) fixture. The terminal summary counts the cases of each implementation's
+checks, and apart those of the checks of the suite's own reference, which take no implementation,
+with the total as pytest counts it. For the suite's own tests only it pins float32
 matmuls to full precision (restoring the previous setting after each) and applies the suite's
 hypothesis settings: ``ci`` (small and derandomised, the default) or ``thorough`` (``--thorough``,
 ``CVAE_HYPOTHESIS_PROFILE=thorough``), or the profile of hypothesis's own ``--hypothesis-profile``.
@@ -61,12 +64,15 @@ from cvae_rosetta.conformance.compilation import (
 )
 from cvae_rosetta.conformance.report import (
     EARLIER,
-    STATUSES,
     contents,
     diagnosis,
     diagnosis_line,
+    is_reference_check,
     names_of,
     outcome,
+    owner_of,
+    reference_name,
+    summary_lines,
 )
 from cvae_rosetta.files import write_json
 
@@ -109,6 +115,9 @@ class _State:
         self.results: dict[str, dict[str, str]] = {}
         # implementation -> check -> {"outcome", "layer", "message"?}, in the order they ran
         self.checks: dict[str, dict[str, dict]] = {}
+        # the checks of the suite's own reference, which take no implementation: check -> outcome
+        self.reference: dict[str, str] = {}
+        self.owners: dict[str, str] = {}  # every case's node id -> whom it counts for (owner_of)
         self.failed_rank: dict[str, int] = {}  # implementation -> its earliest failing layer
         self.written: str | None = None
         self.cache_dir: str | None = None  # JAX's persistent compilation cache, where used
@@ -315,13 +324,31 @@ def _loaded(config: pytest.Config) -> dict:
     return impls
 
 
+def _impl_line(name: str, impl) -> str:
+    """The header's line naming an implementation under test, its module and its framework's
+    version."""
+    if isinstance(impl, Exception):
+        return f"impl {name}: CANNOT LOAD: {impl}"
+    from cvae_rosetta.spec.protocol import framework_of
+
+    framework, version = framework_of(impl)
+    module = getattr(type(impl), "__module__", "?")
+    if type(impl).__name__ == "Adapter":
+        module = getattr(impl.init_fn, "__module__", module)
+    return f"impl {name}: {impl.name} from {module} ({framework} {version})"
+
+
+def _header_hidden(config: pytest.Config) -> bool:
+    """Whether pytest leaves out the report header (``-q``, ``--no-header``), and with it the
+    lines naming the implementations under test."""
+    return config.option.verbose < 0 or bool(getattr(config.option, "no_header", False))
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = _state(config)
     if state is None or not state.asked:
         return None
     import jax
-
-    from cvae_rosetta.spec.protocol import framework_of
 
     impls = _impls(config)
     lines = [
@@ -329,15 +356,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"{jax.default_backend()} ({jax.device_count()} device(s)), "
         f"python {platform.python_version()}"
     ]
-    for name, impl in impls.items():
-        if isinstance(impl, Exception):
-            lines.append(f"  impl {name}: CANNOT LOAD: {impl}")
-            continue
-        framework, version = framework_of(impl)
-        module = getattr(type(impl), "__module__", "?")
-        if type(impl).__name__ == "Adapter":
-            module = getattr(impl.init_fn, "__module__", module)
-        lines.append(f"  impl {name}: {impl.name} from {module} ({framework} {version})")
+    lines += [f"  {_impl_line(name, impl)}" for name, impl in impls.items()]
     if not impls:
         lines.append("  no implementation installed")
     elif len(impls) < 2:
@@ -611,6 +630,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
         status, message = outcome(report)
+        state.owners[item.nodeid] = owner_of(item, item.config.stash.get(_IMPLS_KEY, {}))
+        if is_reference_check(item):
+            state.reference[reference_name(item)] = status
         layer = _layer(item)
         for name, check in _names_of(item):
             state.results.setdefault(name, {})[check] = status
@@ -629,7 +651,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = _state(config)
-    if state is None or not state.results:  # none of the suite's checks ran
+    if state is None or not state.owners:  # none of the suite's checks ran
         return
     report = contents(config.stash.get(_IMPLS_KEY, {}), state)
     path = Path(config.getoption("conformance_report")).expanduser()
@@ -642,13 +664,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if state is None or state.written is None:
         return
     terminalreporter.section("cvae-rosetta conformance")
-    for name, checks in state.results.items():
-        counts = ", ".join(
-            f"{sum(1 for v in checks.values() if v == s)} {s}"
-            for s in STATUSES
-            if any(v == s for v in checks.values())
-        )
-        terminalreporter.write_line(f"{name}: {counts}")
+    if _header_hidden(config):  # the header's lines naming the implementations, once
+        for name, impl in config.stash.get(_IMPLS_KEY, {}).items():
+            terminalreporter.write_line(_impl_line(name, impl))
+    for line in summary_lines(state.results, state.reference, state.owners):
+        terminalreporter.write_line(line)
     for name, checks in state.checks.items():
         found = diagnosis(checks)
         if found is not None:

@@ -5,7 +5,8 @@ earlier layer failed`` (``--first-layer``) or ``not applicable`` (a check of a c
 implementation does not have, see :func:`cvae_rosetta.conformance.common.require`); every check's
 layer, in the order the checks ran, and for a failure what it saw, as a sentence
 (:func:`plain_message`); each implementation's diagnosis (:func:`diagnosis`: the first failed
-check of the earliest layer that failed, the one to fix first); and the versions behind each
+check of the earliest layer that failed, the one to fix first); the outcomes of the checks of the
+suite's own reference, which take no implementation; and the versions behind each
 implementation. The plugin records the outcomes as the checks run and writes the report
 (:func:`contents`) at the end of the session.
 """
@@ -26,6 +27,40 @@ EARLIER = "an earlier layer failed"  # the reason of a check skipped by --first-
 SKIPPED_EARLIER = "skipped: earlier layer failed"  # its outcome in the report
 NO_MESSAGE = "the check's assertion failed without a message"
 STATUSES = ("passed", "failed", "skipped", SKIPPED_EARLIER, NOT_APPLICABLE)
+# Whom a case counts for beside an implementation: a check of the suite's own float64 reference
+# (one that takes no implementation), or a pair of implementations (counted under both).
+REFERENCE = "the suite's own reference"
+PAIR = "a pair"
+
+
+def check_of(item: pytest.Item) -> str:
+    """A test item's check: its function's name (``TestClass::name`` in a class), without its
+    parameters, from the item, not its node id: a module outside the rootdir has no path in its
+    node id."""
+    check = getattr(item, "originalname", item.name.split("[")[0])
+    if getattr(item, "cls", None) is not None:
+        check = f"{item.cls.__name__}::{check}"
+    return check
+
+
+def is_reference_check(item: pytest.Item) -> bool:
+    """Whether a check of the suite tests the suite's own reference, not an implementation: one
+    that asks for neither the ``impl`` nor the ``impl_pair`` fixture."""
+    return not {"impl", "impl_pair"} & set(getattr(item, "fixturenames", ()))
+
+
+def reference_name(item: pytest.Item) -> str:
+    """The report's name of a check of the suite's own reference (``test_properties.py::...``)."""
+    return f"{Path(item.path).name}::{check_of(item)}"
+
+
+def owner_of(item: pytest.Item, impls: dict) -> str:
+    """Whom a case of the suite counts for: the name of its implementation, :data:`PAIR` for a
+    pairwise case (counted under both), :data:`REFERENCE` for the suite's own reference."""
+    if is_reference_check(item):
+        return REFERENCE
+    names = names_of(item, impls)
+    return names[0][0] if len(names) == 1 else PAIR
 
 
 def names_of(item: pytest.Item, impls: dict) -> list[tuple[str, str]]:
@@ -35,11 +70,7 @@ def names_of(item: pytest.Item, impls: dict) -> list[tuple[str, str]]:
     if callspec is None:
         return []
     by_id = {id(obj): name for name, obj in impls.items()}
-    # from the item, not its node id: a module outside the rootdir has no path in its node id
-    check = getattr(item, "originalname", item.name.split("[")[0])
-    if getattr(item, "cls", None) is not None:
-        check = f"{item.cls.__name__}::{check}"
-    module = Path(item.path).name
+    check, module = check_of(item), Path(item.path).name
     pairs = []
     if "impl" in callspec.params:
         name = by_id.get(id(callspec.params["impl"]))
@@ -144,11 +175,44 @@ def diagnosis_line(name: str, found: dict) -> str:
     )
 
 
+def counts(outcomes: dict[str, str]) -> str:
+    """``"160 passed, 3 not applicable"``: how many cases had each outcome, in the order of
+    :data:`STATUSES`, the outcomes none had left out."""
+    values = list(outcomes.values())
+    return ", ".join(f"{values.count(s)} {s}" for s in STATUSES if s in values)
+
+
+def summary_lines(results: dict, reference: dict, owners: dict[str, str]) -> list[str]:
+    """The terminal summary's counts: a line per implementation (``results``: implementation ->
+    case -> outcome), one for the checks of the suite's own reference (``reference``: case ->
+    outcome) when any ran, and, where there is more than one line, the total as pytest counts it
+    (``owners``: each case's node id -> :func:`owner_of`): a pairwise case is one case for pytest
+    but appears under both of its implementations."""
+    lines = [f"{name}: {counts(outcomes)}" for name, outcomes in results.items()]
+    if reference:
+        lines.append(f"{REFERENCE}: {counts(reference)}")
+    if len(lines) < 2:
+        return lines
+    tally = {name: 0 for name in results}
+    for owner in owners.values():
+        tally[owner] = tally.get(owner, 0) + 1
+    pairs, own = tally.pop(PAIR, 0), tally.pop(REFERENCE, 0)
+    alone = " alone" if pairs else ""
+    parts = [f"{n} of {name}{alone}" for name, n in tally.items() if n]
+    if pairs:
+        parts.append(f"{pairs} of pairs of implementations (each counted above under both)")
+    if own:
+        parts.append(f"{own} of {REFERENCE}")
+    listed = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    return [*lines, f"{len(owners)} cases of the suite in all, as pytest counts them: {listed}"]
+
+
 def contents(impls: dict, state) -> dict:
     """The report of a run: ``impls``, the implementations under test by name (an exception for
     one that could not be loaded); ``state``, what the plugin knows of its session: ``results``
     (implementation -> check -> outcome), ``checks`` (implementation -> check -> ``{"outcome",
-    "layer", "message"?}``, in the order they ran) and ``first_layer``."""
+    "layer", "message"?}``, in the order they ran), ``reference`` (case -> outcome, for the checks
+    of the suite's own reference, which take no implementation) and ``first_layer``."""
     import jax
 
     from cvae_rosetta.spec.protocol import framework_of
@@ -177,6 +241,12 @@ def contents(impls: dict, state) -> dict:
             for name, checks in state.results.items()
         },
         "results": state.results,
+        # the checks of the suite's own float64 reference, which take no implementation: pytest
+        # counts their cases beside the implementations'
+        "reference": {
+            "results": state.reference,
+            "summary": {s: sum(1 for v in state.reference.values() if v == s) for s in STATUSES},
+        },
         # per implementation, every check in the order it ran, with its layer (a list: the keys
         # of the report are written sorted)
         "checks": {

@@ -24,10 +24,13 @@ from cvae_rosetta.conformance import layers
 from cvae_rosetta.conformance.plugin import SUITE
 from cvae_rosetta.conformance.report import (
     NO_MESSAGE,
+    PAIR,
+    REFERENCE,
     SKIPPED_EARLIER,
     diagnosis,
     diagnosis_line,
     plain_message,
+    summary_lines,
 )
 
 # a line of -v: "::test_name[params] PASSED [  3%]" (a module outside the rootdir has no path in
@@ -363,6 +366,74 @@ def test_the_conformance_report_feeds_the_docs_matrix(tmp_path, monkeypatch):
     matrix = docs_report.conformance_matrix()
     assert "`surface`: protocol surface | ✓ |" in matrix, matrix
     assert "| **all** | 2 passed |" in matrix, matrix
+
+
+# --- what the terminal shows ----------------------------------------------------------------------
+
+IMPL_LINE = "impl pure_jax: pure_jax from cvae_rosetta.impls.pure_jax (jax "
+REFERENCE_CHECK = "test_properties.py::test_reference_gradient_matches_central_differences"
+
+
+def test_quiet_names_the_implementation_and_counts_as_pytest_does(tmp_path):
+    """Under ``-q`` pytest shows no report header: the line naming the implementation under test,
+    its module and version, is in the suite's summary instead, once. The check of the suite's own
+    reference (it takes no implementation) is counted apart, and the total is pytest's."""
+    checks = ("test_surface::test_protocol_surface", REFERENCE_CHECK.replace(".py", ""))
+    quiet = run_pytest(
+        tmp_path,
+        *("-q", "--impl", "pure_jax", "--pyargs"),
+        *(f"cvae_rosetta.conformance.{c}" for c in checks),
+    )
+    output = quiet.stdout + quiet.stderr
+    assert quiet.returncode == 0, output[-3000:]
+    lines = output.splitlines()
+    assert sum(line.startswith(IMPL_LINE) for line in lines) == 1, output[-3000:]
+    assert "pure_jax: 1 passed" in lines, output[-3000:]
+    assert f"{REFERENCE}: 1 passed" in lines, output[-3000:]
+    total = (
+        f"2 cases of the suite in all, as pytest counts them: 1 of pure_jax and 1 of {REFERENCE}"
+    )
+    assert total in lines, output[-3000:]
+    assert re.search(r"^2 passed in ", output, re.M), output[-3000:]
+    report = json.loads((tmp_path / "conformance-report.json").read_text())
+    assert report["reference"]["results"] == {REFERENCE_CHECK: "passed"}
+    assert report["reference"]["summary"]["passed"] == 1
+    assert report["results"] == {"pure_jax": {"test_surface.py::test_protocol_surface": "passed"}}
+
+    # at the normal verbosity, the header names it and the summary does not again
+    normal = run_pytest(
+        tmp_path, *("--impl", "pure_jax", "--pyargs", f"cvae_rosetta.conformance.{checks[0]}")
+    )
+    output = normal.stdout + normal.stderr
+    assert normal.returncode == 0, output[-3000:]
+    named = [line.strip() for line in output.splitlines() if IMPL_LINE in line]
+    assert len(named) == 1 and named[0].startswith(IMPL_LINE), output[-3000:]
+    assert output.index(IMPL_LINE) < output.index("cvae-rosetta conformance ==="), output[-3000:]
+    assert "pure_jax: 1 passed" in output.splitlines(), output[-3000:]
+    assert "cases of the suite in all" not in output, output[-3000:]  # one line: nothing to add
+
+
+def test_the_summary_counts_each_pairwise_case_once_in_its_total():
+    """Two implementations and their pairwise cases: each implementation's line counts the cases
+    of its pairs too; the total counts each once, as pytest does."""
+    results = {
+        "a": {"t::x": "passed", "t::y": "not applicable", "p::z[with b]": "passed"},
+        "b": {"t::x": "failed", "t::y": "passed", "p::z[with a]": "passed"},
+    }
+    owners = {"t::x[a]": "a", "t::y[a]": "a", "t::x[b]": "b", "t::y[b]": "b", "p::z[a-b]": PAIR}
+    assert summary_lines(results, {}, owners) == [
+        "a: 2 passed, 1 not applicable",
+        "b: 2 passed, 1 failed",
+        "5 cases of the suite in all, as pytest counts them: 2 of a alone, 2 of b alone and 1 "
+        "of pairs of implementations (each counted above under both)",
+    ]
+    assert summary_lines({"a": {"t::x": "passed"}}, {}, {"t::x[a]": "a"}) == ["a: 1 passed"]
+    owners = {"t::x[a]": "a", "r": REFERENCE}
+    assert summary_lines({"a": {"t::x": "passed"}}, {"r": "failed"}, owners) == [
+        "a: 1 passed",
+        f"{REFERENCE}: 1 failed",
+        f"2 cases of the suite in all, as pytest counts them: 1 of a and 1 of {REFERENCE}",
+    ]
 
 
 # --- layers and the diagnosis ---------------------------------------------------------------------
