@@ -8,6 +8,11 @@ What they do, in build order:
 - ``on_files``: a page of its own for every repository file the pages name (:mod:`source_pages`).
 - ``on_page_markdown``, before Markdown sees the page:
 
+  0. check the committed copy that follows each of the markers below (the block as a plain view
+     of the page shows it, :mod:`raw_blocks`): the build fails on a copy that is not what the
+     sources make now, and on a marker of the project's pages that has none, naming the page and
+     the command that rewrites them; then drop the copies, so that the site is what the markers
+     alone make;
   1. expand ``<!-- rosetta ... -->`` directives into one Material tab per implementation, each tab
      a code block that pymdownx.snippets fills from a marked section (:func:`tabs.expand_rosetta`),
      and ``<!-- snippet FILE[:SECTION] -->`` into one such code block (:func:`tabs.include`);
@@ -32,8 +37,9 @@ The work is done by the modules beside this one, one idea each (MkDocs puts this
 implementations shown, the repository's paths, :class:`~repository.DocsError`),
 :mod:`markdown_text`, :mod:`sections` (marked sections and the snippet check), :mod:`tabs`,
 :mod:`differences` (what differs, framework by framework), :mod:`compare_page`,
-:mod:`source_pages`, :mod:`lines_of_code`, :mod:`conformance_report`, :mod:`jit_overhead` and
-:mod:`generated` (which block each ``<!-- generated: NAME -->`` is).
+:mod:`source_pages`, :mod:`lines_of_code`, :mod:`conformance_report`, :mod:`jit_overhead`,
+:mod:`generated` (which block each ``<!-- generated: NAME -->`` is) and :mod:`raw_blocks` (the
+committed copies).
 
 Everything here reads files only: building the site imports no framework (nor JAX).
 """
@@ -43,11 +49,13 @@ from __future__ import annotations
 import html as html_module
 import posixpath
 import re
+from pathlib import Path
 
 import source_pages
 from differences import check_words_first, differences
 from generated import GENERATED, generated
 from markdown_text import outside_fences, page_title
+from raw_blocks import REFRESH, check, collapse
 from repository import DOCS, ROOT, DocsError
 from sections import check_snippets
 from source_pages import FILENAME, link_sources, source_files, source_page, source_uri
@@ -89,6 +97,15 @@ def on_files(files, config):
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     where = page.file.src_uri
+    try:
+        problems = check(markdown, where, complete=_in_docs(page.file.abs_src_path))
+    except DocsError as error:
+        raise _plugin_error(f"docs/{where}: {error}") from None
+    if problems:
+        raise _plugin_error(
+            f"docs/{where}: {'; '.join(problems)} (the copies are rewritten by: {REFRESH})"
+        )
+    markdown = collapse(markdown)
 
     def expand(text: str) -> str:
         text = expand_rosetta(text)
@@ -165,6 +182,12 @@ def _nav_files(nav):
         elif isinstance(item, dict):
             for value in item.values():
                 yield from _nav_files(value) if isinstance(value, list) else [value]
+
+
+def _in_docs(path: str | None) -> bool:
+    """Whether a page is one of the project's own (``docs/``), whose markers must have copies; a
+    site built elsewhere with these hooks (the tests' small ones) may leave them out."""
+    return path is not None and Path(path).resolve().is_relative_to(DOCS.resolve())
 
 
 def page_link(match: re.Match, where: str) -> str:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from markdown_text import fence_for
+from raw_blocks import collapse
 from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, in_repository
 from sections import sections_of
 from tabs import INCLUDE, literal
@@ -33,7 +34,7 @@ def source_files() -> list[str]:
     named = {source for _, source in IMPLEMENTATIONS.values() if in_repository(source)}
     named.update(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples" / "tour").glob("*.py"))
     for page in DOCS.rglob("*.md"):
-        text = page.read_text(encoding="utf-8")
+        text = collapse(page.read_text(encoding="utf-8"))  # as the build reads it
         named.update(m["path"] for m in INLINE_PATH.finditer(text))
         named.update(m["ref"].partition(":")[0] for m in INCLUDE.finditer(text))
     return sorted(

@@ -30,8 +30,9 @@ def expand_rosetta(markdown: str) -> str:
     return DIRECTIVE.sub(lambda m: directive_tabs(m["body"]), markdown)
 
 
-def directive_tabs(body: str, keys: set[str] | None = None) -> str:
-    """The tab set of one directive's body; ``keys``: only these implementations."""
+def directive_refs(body: str) -> dict[str, list[tuple[str, str]]]:
+    """``{key: [(file, section), ...]}``: what one directive's body asks each registered
+    implementation's tab to show, in the order of the tabs."""
     lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
     if not lines:
         raise DocsError("an empty rosetta directive")
@@ -43,16 +44,24 @@ def directive_tabs(body: str, keys: set[str] | None = None) -> str:
                 f"rosetta directive: expected 'IMPLEMENTATION: FILE:SECTION ...', got {line!r}"
             )
         overrides[key.strip()] = refs.split()
-    blocks = {}
+    found = {}
     for key, (_, source) in IMPLEMENTATIONS.items():
-        if keys is not None and key not in keys:
-            continue
         refs = []
         for ref in overrides.get(key, default):
             file, sep, section = ref.replace("{impl}", key).rpartition(":")
             if not sep or not file or not section:
                 raise DocsError(f"rosetta directive: expected FILE:SECTION, got {ref!r}")
             refs.append((source if file == "impls" else file, section))
+        found[key] = refs
+    return found
+
+
+def directive_tabs(body: str, keys: set[str] | None = None) -> str:
+    """The tab set of one directive's body; ``keys``: only these implementations."""
+    blocks = {}
+    for key, refs in directive_refs(body).items():
+        if keys is not None and key not in keys:
+            continue
         if key not in BUILTIN and not all(_has_section(f, s) for f, s in refs):
             continue  # one registered from outside: shown where its file has what is asked for
         blocks[key] = [(f"{shown_name(f)} · {s}", _code(f, s)) for f, s in refs]
@@ -109,6 +118,10 @@ def include(ref: str, indent: str = "") -> str:
     """``<!-- snippet FILE[:SECTION] -->``: one code block holding a whole file or one section.
     (A directive rather than a fenced block with a snippet line in the page's source, so that
     formatters of Python code in Markdown leave the page alone.)"""
-    title = ref.replace(":", " · ") if SECTION_SUFFIX.match(ref) else ref
-    lines = [f'```python title="{title}"', f'--8<-- "{ref}"', "```"]
+    lines = [f'```python title="{snippet_title(ref)}"', f'--8<-- "{ref}"', "```"]
     return "\n".join(indent + line for line in lines)
+
+
+def snippet_title(ref: str) -> str:
+    """The title of the code block of ``<!-- snippet REF -->``: the file, and the section."""
+    return ref.replace(":", " · ") if SECTION_SUFFIX.match(ref) else ref

@@ -261,9 +261,11 @@ def flat(text: str) -> str:
 
 
 def prose(markdown: str) -> str:
-    """The page's text as a reader sees its words: no front matter, code fences or comments (the
-    directives), tables' cells as sentences of their own; whitespace collapsed."""
+    """The page's text as a reader sees its words: no front matter, generated blocks, code fences
+    or comments (the directives), tables' cells as sentences of their own; whitespace collapsed."""
     markdown = re.sub(r"\A---\n.*?\n---\n", "", markdown, flags=re.DOTALL)
+    # a generated block's committed copy (docs_build/raw_blocks.py): made, not written
+    markdown = re.sub(r"^<!-- generated: .*?^<!-- /generated -->", "", markdown, flags=re.M | re.S)
     markdown = re.sub(r"^([ \t]*)(`{3,}|~{3,}).*?^\1\2[ \t]*$", "", markdown, flags=re.M | re.S)
     markdown = re.sub(r"<!--.*?-->", "", markdown, flags=re.DOTALL)
     markdown = re.sub(r"^\|.*$", lambda m: ". ".join(m[0].split("|")), markdown, flags=re.M)

@@ -21,6 +21,8 @@ HEADING = re.compile(r"^## (?P<term>.+?)\s*\{\s*#(?P<anchor>[\w-]+)\s*\}\s*$", r
 LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]*)\)")
 GLOSSARY_LINK = re.compile(r"(?<![\w.-])glossary\.md#(?P<anchor>[^)\s\"']*)")
 DECISION = re.compile(r"<!-- decision:begin -->.*?<!-- decision:end -->", re.S)
+# a generated block's committed copy (docs_build/raw_blocks.py)
+GENERATED = re.compile(r"<!-- generated: [-\w]+ -->.*?<!-- /generated -->", re.S)
 
 
 def slug(text: str) -> str:
@@ -47,7 +49,7 @@ def blank(match: re.Match) -> str:
 
 def prose(markdown: str) -> str:
     """The hand-written text of a page, every other character blanked out."""
-    markdown = DECISION.sub(blank, markdown)
+    markdown = GENERATED.sub(blank, DECISION.sub(blank, markdown))
     markdown = re.sub(r"^(```|~~~).*?^\1[^\n]*$", blank, markdown, flags=re.S | re.M)
     markdown = re.sub(r"<!--.*?-->", blank, markdown, flags=re.S)
     markdown = re.sub(r"(`+).+?\1", blank, markdown, flags=re.S)
