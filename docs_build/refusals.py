@@ -94,6 +94,8 @@ CASES: tuple[Case, ...] = (
     Case("sample --run missing --out samples.jpg", "--out"),
     Case("reconstruct --run missing --out r.png", "--run"),
     Case("export --run missing --out model", "--run"),
+    Case("bench --impls tensorflow", "--impls"),
+    Case("bench --batch-sizes 0,8", "--batch-sizes"),
 )
 
 # The files the cases name, made in each case's scratch directory before it runs.

@@ -735,7 +735,7 @@ def test_the_gpu_script_smoke_run_writes_a_bench_result_and_a_suite_report(tmp_p
         (["--mechanisms", "pmap,ring"], "--mechanisms"),
         (["--parallel-batch", "3", "--devices", "1,2"], "--parallel-batch"),
         (["--roof-size", "0"], "--roof-size"),
-        (["--impls", "no_such_impl"], "impl"),
+        (["--impls", "no_such_impl"], "--impls"),
         (["--impls", "pure_jax", "--parallel-impls", "no_such"], "--parallel-impls"),
     ],
 )

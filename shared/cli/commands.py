@@ -129,6 +129,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     settings = settings_from_flags(
         quick=args.quick, **{name: getattr(args, name) for name in SETTING_FLAGS}
     )
+    for field in ("impls", "parallel_impls"):  # named as the flags are, before JAX starts
+        check_impl_names(getattr(settings, field) or (), field)
     start_jax(args, cache_default=False)  # compilation is what it measures
     from cvae_rosetta.app.train import default_out
 
