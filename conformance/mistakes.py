@@ -406,50 +406,11 @@ def bias_correction_mistake(t: int) -> str:
     )
 
 
-def adam_moments(opt_state: Any) -> tuple[Any, Any] | None:
-    """The moments ``(mu, nu)`` of the spec's optimiser state as :func:`common.spec_step` returns
-    it (``None``, a fresh optimiser, stays ``None``)."""
-    if opt_state is None:
-        return None
-    adam = [
-        leaf
-        for leaf in jax.tree.leaves(
-            opt_state, is_leaf=lambda node: isinstance(node, optax.ScaleByAdamState)
-        )
-        if isinstance(leaf, optax.ScaleByAdamState)
-    ]
-    assert len(adam) == 1, f"the spec's optimiser state holds {len(adam)} Adam states, not one"
-    return adam[0].mu, adam[0].nu
-
-
-def uncorrected_adam_step(
-    start: Any, grads: Any, optim: OptimConfig, moments=None, rate: float | None = None
-) -> Any:
-    """One step of the spec's clipped AdamW in float64 without the bias correction, from the raw
-    moments ``moments = (mu, nu)`` (``None``: a fresh optimiser) at ``rate`` (the constant
-    ``optim.learning_rate`` when ``None``): ``theta - rate * (m / (sqrt(v) + eps) + wd * theta)``
-    with ``m`` and ``v`` as they are."""
-    from cvae_rosetta.conformance import reference
-
-    leaves = [[np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(t)] for t in (start, grads)]
-    norm = float(np.sqrt(sum(np.sum(g * g) for g in leaves[1])))
-    scale = min(1.0, optim.clip_norm / norm) if norm > 0 else 1.0
-    if moments is None:
-        moments = [np.zeros_like(g) for g in leaves[1]], [np.zeros_like(g) for g in leaves[1]]
-    mu, nu = ([np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(m)] for m in moments)
-    b1, b2 = reference.B1, reference.B2
-    rate = optim.learning_rate if rate is None else rate
-    new = []
-    for theta, g, m, v in zip(*leaves, mu, nu, strict=True):
-        m, v = b1 * m + (1 - b1) * scale * g, b2 * v + (1 - b2) * (scale * g) ** 2
-        new.append(theta - rate * (m / (np.sqrt(v) + SPEC_EPS) + optim.weight_decay * theta))
-    treedef = jax.tree.structure(start)
-    return jax.tree.unflatten(treedef, new)
-
-
 def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple[str, Any]]:
     """One first step from ``start`` as plausible mistakes would take it, from the float64
     gradient ``grads``: ``(what it shows, the parameters it reaches)``."""
+    from cvae_rosetta.conformance import reference
+
     grads32 = jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), grads)
 
     def step(tx, g):
@@ -482,7 +443,8 @@ def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple
     ]
     for why, eps in epsilon_mistakes(1):
         found.append((why, spec_step(optim, start, grads32, eps=eps)[0]))
-    found.append((bias_correction_mistake(1), uncorrected_adam_step(start, grads, optim)))
+    raw = reference.adamw_step(start, grads, optim, bias_correction=False).params
+    found.append((bias_correction_mistake(1), raw))
     if optim.weight_decay:
         found.append(
             (

@@ -224,7 +224,9 @@ def adam_start(params) -> Adam:
     return Adam(0, zeros, _map(np.copy, zeros))
 
 
-def adamw_step(params, grads, optim, state: Adam | None = None, *, eps: float = EPS) -> Step:
+def adamw_step(
+    params, grads, optim, state: Adam | None = None, *, eps: float = EPS, bias_correction=True
+) -> Step:
     """SPEC section 5 in float64: clip ``grads`` to global norm ``clip_norm``, then AdamW at the
     rate the schedule gives for the steps already taken (``state.count``), epsilon added to the
     bias-corrected root, the decay decoupled from the moments::
@@ -234,8 +236,8 @@ def adamw_step(params, grads, optim, state: Adam | None = None, *, eps: float = 
         m_hat = m_t / (1 - b1^t),        v_hat = v_t / (1 - b2^t)
         theta_t = theta_{t-1} - rate(t - 1) * (m_hat / (sqrt(v_hat) + eps) + wd * theta_{t-1})
 
-    ``state`` None: a fresh optimiser (the first step). ``eps``: another epsilon, for a mistake's
-    step."""
+    ``state`` None: a fresh optimiser (the first step). ``eps``: another epsilon, and
+    ``bias_correction=False``: ``m_t`` and ``v_t`` as they are, each for a mistake's step."""
     p = as64(params)
     g = as64(grads)
     state = adam_start(p) if state is None else state
@@ -246,8 +248,9 @@ def adamw_step(params, grads, optim, state: Adam | None = None, *, eps: float = 
     mu = _map(lambda m, gi: B1 * m + (1 - B1) * gi, state.mu, g)
     nu = _map(lambda v, gi: B2 * v + (1 - B2) * gi * gi, state.nu, g)
     wd = float(optim.weight_decay)
+    c1, c2 = (1 - B1**t, 1 - B2**t) if bias_correction else (1.0, 1.0)
     direction = _map(
-        lambda m, v, theta: (m / (1 - B1**t)) / (np.sqrt(v / (1 - B2**t)) + eps) + wd * theta,
+        lambda m, v, theta: (m / c1) / (np.sqrt(v / c2) + eps) + wd * theta,
         mu,
         nu,
         p,
