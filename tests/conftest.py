@@ -26,14 +26,15 @@ for _name in PROFILES:
     settings.register_profile(_name, **profile_settings(_name))
 
 # The cvae commands the tests run (here and in subprocesses) never write into the user's own
-# compilation cache (~/.cache/cvae-rosetta/jax): none, unless the environment names one
-# (a folder in $CVAE_COMPILATION_CACHE, or JAX's own $JAX_COMPILATION_CACHE_DIR, as tox's faults
-# environment sets).
+# compilation cache (~/.cache/cvae-rosetta/jax): none, unless the environment names one (a folder in
+# $CVAE_COMPILATION_CACHE, as every tox environment does, one of its own, or JAX's own
+# $JAX_COMPILATION_CACHE_DIR). A test that needs a cold cache names a folder of its own.
 if os.environ.get("CVAE_COMPILATION_CACHE", "").strip().lower() in ("", "auto") and not (
     os.environ.get("JAX_COMPILATION_CACHE_DIR")
 ):
     os.environ["CVAE_COMPILATION_CACHE"] = "off"
-# Nor into its data cache (the bundled digits' split, ~/.cache/cvae-rosetta/data).
+# Nor into its data cache (the bundled digits' split, ~/.cache/cvae-rosetta/data), unless the
+# environment names one ($CVAE_DATA_CACHE, a folder per tox environment).
 os.environ.setdefault("CVAE_DATA_CACHE", "off")
 
 

@@ -31,6 +31,8 @@ from cvae_rosetta.bench.techniques import TECHNIQUES, kernel_layout_step
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 
+pytestmark = pytest.mark.suite_runs
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
     *("--batch-sizes", "2", "--rounds", "5", "--steps", "8", "--epoch-examples", "16"),

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.suite_runs
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template" / "my_impl.py"
 TARGET = "byo_pkg.my_impl:implementation"

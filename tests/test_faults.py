@@ -13,9 +13,11 @@ signal) and end, bit for bit, where an uninterrupted run ends.
 
 A signal or a fault is injected at a known point by a few lines of Python run before the CLI in
 the child process (``run_helpers.start(driver=...)``). ``tox -e faults`` runs this file (two forced
-host devices, every framework installed) and the faults test of ``test_schedule.py``, 15 tests, in
-about two minutes of pytest on two cores; ``benchmarks/fault_report.py`` runs a larger sweep and
-counts what it costs. The runs, signals and second writers both use are in ``run_helpers.py``.
+host devices, every framework installed) with the other tests marked ``faults`` (in
+``test_full_disk.py``, ``test_schedule.py``, ``test_schedulers.py`` and
+``test_distributed_resume.py``); what that environment costs is in docs/conformance.md, "What the
+whole check costs". ``benchmarks/fault_report.py`` runs a larger sweep and counts what it costs.
+The runs, signals and second writers both use are in ``run_helpers.py``.
 """
 
 from __future__ import annotations

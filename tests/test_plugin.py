@@ -33,6 +33,8 @@ from cvae_rosetta.conformance.report import (
     summary_lines,
 )
 
+pytestmark = pytest.mark.suite_runs
+
 # a line of -v: "::test_name[params] PASSED [  3%]" (a module outside the rootdir has no path in
 # its node id: a check's layer is found from its name, see suite_checks)
 VERBOSE = re.compile(r"^\S*::(test_\w+)(?:\[.*?\])? (?:PASSED|FAILED|SKIPPED|ERROR)", re.M)

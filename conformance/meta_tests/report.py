@@ -16,6 +16,7 @@ caught (the table says which).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -144,6 +145,15 @@ def render(reference: SuiteRun, runs: dict[str, SuiteRun | None]) -> tuple[str, 
         names = ", ".join(f"`{n}`" for n in caught_by.get(base, [])) or "none of these"
         lines.append(f"| `{base}` | {names} |")
     return "\n".join(lines) + "\n", ok
+
+
+def page_entries(text: str) -> tuple[list[str], int | None]:
+    """The bugs ``docs/meta_tests.md`` lists (its "By bug" table, in order) and the number of
+    cases its reference run had."""
+    by_bug = text.partition("## By bug")[2].partition("## By check")[0]
+    count = re.search(r"^Reference run \(`\w+`\): ([\d,]+) cases", text, re.MULTILINE)
+    listed = re.findall(r"^\| `(\w+)` \| ", by_bug, re.MULTILINE)
+    return listed, None if count is None else int(count.group(1).replace(",", ""))
 
 
 def main(argv: list[str] | None = None) -> int:

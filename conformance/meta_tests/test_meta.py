@@ -16,7 +16,7 @@ that layer, which the plugin's diagnosis names), e.g. ``("loss", "kl is twice th
 
 Not collected by ``pytest --pyargs cvae_rosetta.conformance``; run it explicitly::
 
-    pytest --pyargs cvae_rosetta.conformance.meta_tests  # about 27 minutes on two CPU cores
+    pytest --pyargs cvae_rosetta.conformance.meta_tests  # every check on every bug: long
     CVAE_META_RESULTS=build/meta pytest --pyargs cvae_rosetta.conformance.meta_tests
     python -m cvae_rosetta.conformance.meta_tests.report --results build/meta \
         --out docs/meta_tests.md
@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 
 from cvae_rosetta.conformance.meta_tests import broken
+from cvae_rosetta.conformance.meta_tests.report import page_entries
 from cvae_rosetta.conformance.meta_tests.runner import SuiteRun, check_id, label_of, run_suites
 
 REFERENCE = "pure_jax"
@@ -107,6 +108,25 @@ def test_the_suite_fails_on_a_broken_implementation(name, suite_runs, reference_
     assert genuine, (
         f"{name}: no check that passed on the reference failed while running (only errors "
         f"setting up or tearing down: {run.failures}): " + _describe(run)
+    )
+
+
+def test_the_page_of_catches_agrees_with_broken_and_the_reference_run(reference_run):
+    """``docs/meta_tests.md`` (regenerated outside CI by its command, a run of every check on every
+    bug) lists the bugs ``broken.py`` defines, in its order, and the reference run's count of
+    cases is the one this session's reference collected. tox's ``meta`` environment names the page
+    (``CVAE_META_PAGE``); a wheel installed elsewhere has no docs to check."""
+    page = os.environ.get("CVAE_META_PAGE")
+    if not page:
+        pytest.skip("CVAE_META_PAGE names no docs/meta_tests.md to check (tox -e meta does)")
+    listed, count = page_entries(Path(page).read_text(encoding="utf-8"))
+    assert listed == broken.NAMES, (
+        f"{page}: expected the bugs of broken.py, {broken.NAMES}, got {listed} (regenerate it: "
+        "python -m cvae_rosetta.conformance.meta_tests.report --out docs/meta_tests.md)"
+    )
+    assert count == len(reference_run.checks), (
+        f"{page}: expected a reference run of {len(reference_run.checks)} cases, as this session "
+        f"collected, got {count} (regenerate it)"
     )
 
 
