@@ -122,7 +122,22 @@ def start(
         entry = ["-c", f"{driver}\n{main_code}", *args]
     command = [sys.executable, "-W", "error::DeprecationWarning", *entry]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    return subprocess.Popen(command, cwd=cwd, env=env, start_new_session=new_session, **pipes)
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        start_new_session=new_session,
+        preexec_fn=_sigint_as_in_a_terminal,
+        **pipes,
+    )
+
+
+def _sigint_as_in_a_terminal() -> None:
+    """The child takes SIGINT as a command typed in a terminal does (Python's KeyboardInterrupt),
+    even where the tests themselves were started in the background: a shell without job control
+    starts a background job with SIGINT ignored, every process under it inherits that, and Python
+    leaves an ignored SIGINT ignored, so a Ctrl-C sent by a test would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(process: subprocess.Popen, predicate: Callable[[], object], what: str) -> None:
