@@ -143,13 +143,12 @@ def block(data: dict) -> str:
     )
 
 
-def render(data: dict, page: Path = DOC) -> None:
-    text = page.read_text(encoding="utf-8")
-    head, begin, rest = text.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not (begin and end):
-        raise SystemExit(f"{page}: expected the markers {BEGIN} and {END}, got none")
-    page.write_text(f"{head}{BEGIN}\n{block(data)}{END}{tail}", encoding="utf-8")
+def render(data: dict) -> None:
+    """The record's table between the page's markers (as the other result pages are written;
+    imported here, so that ``table`` needs nothing installed)."""
+    from cvae_rosetta.bench.markdown import write_between_markers
+
+    write_between_markers(DOC, BEGIN, END, block(data).rstrip("\n"))
 
 
 def makespan(order: list[str], seconds: dict[str, float], workers: int = 2) -> float:
@@ -196,14 +195,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.log}: expected a line for every environment of tox.ini, got none for "
             f"{', '.join(absent)} (record a whole run)"
         )
-    ci_seconds = data.pop("ci_seconds") if args.ci_seconds is None else args.ci_seconds
+    from cvae_rosetta.files import write_json
+
+    logged = data.pop("ci_seconds")  # .ci/run's own line; --ci-seconds wins over it
     data = {
         "date": datetime.date.today().isoformat(),
         "cores": os.cpu_count(),
-        "ci_seconds": ci_seconds,
+        "ci_seconds": logged if args.ci_seconds is None else args.ci_seconds,
         **data,
     }
-    RESULTS.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_json(RESULTS, data, indent=1)
     render(data)
     seconds = {env: value["seconds"] for env, value in data["envs"].items()}
     print(
