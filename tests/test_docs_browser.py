@@ -155,26 +155,89 @@ def new_page(browser, base_url: str, width: int, problems: list[str], view=None,
     return page
 
 
-@pytest.fixture(scope="module")
-def crawl(browser, base_url):
-    """Every page loaded once at 1440 px: its problems, the links on it, the ids in it (waiting
-    for the network to go quiet, so that late requests such as the search index count too)."""
-    (SHOTS / str(WIDE)).mkdir(parents=True, exist_ok=True)
-    seen = {}
-    problems: list[str] = []
-    page = new_page(browser, base_url, WIDE, problems)
-    for name in PAGES:
-        page.goto(base_url + url_path(name), wait_until="load")
+def measurements() -> dict[tuple[int, str | None], list[tuple[str, str, list[str]]]]:
+    """What a visit measures, by (width, stored view): each read-only script's key, the script,
+    the pages it runs on. The checks below read these; the scripts that scroll or click run in
+    their own tests, on pages of their own."""
+    words = ("words", WORDS_FIRST, SIDE_BY_SIDE)
+    covered = ("covered", COVERED, [*CONTENT, SOURCE_PAGE])
+    cells = ("cells", SPLIT_CELLS, CONTENT)
+    fit = [(key, script, SIDE_BY_SIDE) for key, script in
+           (("layout", LAYOUT), ("split", SPLIT_TOKENS), ("unhung", UNHUNG))]  # fmt: skip
+    return {
+        (WIDE, None): [
+            ("sets", SETS, SIDE_BY_SIDE),
+            words,
+            covered,
+            ("pictures", PICTURES, CONTENT),
+            cells,
+        ],
+        (PHONE, None): [words, covered, cells],
+        (WIDE, "all"): [*fit, ("all_six", ALL_SIX_FITS, TOPICS)],
+        (NARROW, "all"): fit,
+        (PHONE, "all"): fit,
+    }
+
+
+def visit(page, base_url: str, width: int, view, name: str, problems: list[str]) -> dict:
+    """One load of ``name`` in ``page`` and everything ``measurements()`` reads there, with the
+    problems the load met. At 1440 px with no stored view (the crawl): after the network goes
+    quiet (late requests such as the search index count too), the links and ids, and the first
+    screenful saved; with every implementation shown, the side-by-side page whole."""
+    page.goto(base_url + url_path(name), wait_until="load")
+    found: dict = {}
+    if (width, view) == (WIDE, None):
         page.wait_for_load_state("networkidle", timeout=5000)  # the search index, fetched late
-        links = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
-        ids = page.evaluate(
-            "() => [...document.querySelectorAll('[id], a[name]')].map(e => e.id || e.name)"
+        found["links"] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+        found["ids"] = set(
+            page.evaluate(
+                "() => [...document.querySelectorAll('[id], a[name]')].map(e => e.id || e.name)"
+            )
         )
+    for key, script, pages in measurements().get((width, view), []):
+        if name not in pages:
+            continue
+        if key == "covered" and page.locator("pre").count():
+            # Material adds the buttons once the page has loaded
+            page.wait_for_selector(".md-code__nav, .md-clipboard", state="attached", timeout=2000)
+        found[key] = page.evaluate(script)
+    if (width, view) == (WIDE, None):
+        (SHOTS / str(WIDE)).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=SHOTS / str(WIDE) / f"{slug(name)}.png")  # the first screenful
-        seen[name] = {"problems": problems[:], "links": links, "ids": set(ids)}
-        problems.clear()
-    page.close()
-    return seen
+    elif view == "all" and name in SIDE_BY_SIDE:
+        (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SHOTS / str(width) / f"{slug(name)}.png", full_page=True)
+    found["problems"] = problems[:]
+    problems.clear()
+    return found
+
+
+@pytest.fixture(scope="module")
+def visits(browser, base_url):
+    """``visits(width, view, name)``: a page's measurements, made on its first visit at that
+    width and stored view (one tab each) and read by every check that asks after it: each page
+    loads once per width and view for all the read-only checks, not once per check."""
+    tabs: dict = {}
+    seen: dict = {}
+
+    def measured(width: int, view, name: str) -> dict:
+        if (width, view, name) not in seen:
+            if (width, view) not in tabs:
+                problems: list[str] = []
+                tabs[width, view] = (new_page(browser, base_url, width, problems, view), problems)
+            page, problems = tabs[width, view]
+            seen[width, view, name] = visit(page, base_url, width, view, name, problems)
+        return seen[width, view, name]
+
+    yield measured
+    for page, _ in tabs.values():
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def crawl(visits):
+    """Every page loaded once at 1440 px: its problems, the links on it, the ids in it."""
+    return {name: visits(WIDE, None, name) for name in PAGES}
 
 
 def test_the_site_has_the_side_by_side_pages():
@@ -215,12 +278,8 @@ SETS = """() => [...document.querySelectorAll('.rosetta .tabbed-set')].map(set =
 
 
 @pytest.mark.parametrize("name", SIDE_BY_SIDE, ids=slug)
-def test_every_side_by_side_page_shows_every_implementation(browser, base_url, name):
-    problems: list[str] = []
-    page = new_page(browser, base_url, WIDE, problems)
-    page.goto(base_url + url_path(name))
-    sets = page.evaluate(SETS)
-    page.close()
+def test_every_side_by_side_page_shows_every_implementation(visits, name):
+    sets = visits(WIDE, None, name)["sets"]
     assert sets, f"{name} has no side-by-side tab set"
     for i, found in enumerate(sets):
         assert found["labels"] == LABELS, (name, i, found["labels"])
@@ -395,20 +454,15 @@ def check_pair(layout, pair: tuple[str, str], name: str, *, columns: bool) -> No
 
 
 @pytest.mark.parametrize("width", [WIDE, NARROW, PHONE])
-def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
+def test_side_by_side_pages_fit_the_screen(visits, width):
     """All of them as columns at 1440 px, as tabs at 800 and 390 px; nothing wider than the
     window, no code line broken inside a name or any other token, and every wrapped line hangs
     right of where its code starts."""
-    (SHOTS / str(width)).mkdir(parents=True, exist_ok=True)
-    problems: list[str] = []
-    page = new_page(browser, base_url, width, problems, view="all")
-    failures = []
+    failures, problems = [], []
     for name in SIDE_BY_SIDE:
-        page.goto(base_url + url_path(name))
-        layout = page.evaluate(LAYOUT)
-        split = page.evaluate(SPLIT_TOKENS)
-        unhung = page.evaluate(UNHUNG)
-        page.screenshot(path=SHOTS / str(width) / f"{slug(name)}.png", full_page=True)
+        found = visits(width, "all", name)
+        layout, split, unhung = found["layout"], found["split"], found["unhung"]
+        problems += found["problems"]
         try:
             assert layout["pageOverflow"] <= 0, f"{name}: page {layout['pageOverflow']} px too wide"
             assert not split, f"{name}: broken inside a token: {split[:3]}"
@@ -416,7 +470,6 @@ def test_side_by_side_pages_fit_the_screen(browser, base_url, width):
             (check_columns if width == WIDE else check_tabs)(layout, name)
         except AssertionError as error:
             failures.append(str(error))
-    page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems
 
@@ -762,15 +815,13 @@ WORDS_FIRST = r"""() => {
 
 
 @pytest.mark.parametrize("width", READING)
-def test_every_side_by_side_page_says_what_differs_before_the_code(browser, base_url, width):
+def test_every_side_by_side_page_says_what_differs_before_the_code(visits, width):
     """On every topic and tour page a paragraph comes before the first code; on every topic
     page, also a list that names every implementation by its label, one bullet at a time."""
-    problems: list[str] = []
-    page = new_page(browser, base_url, width, problems)
-    failures = []
+    failures, problems = [], []
     for name in SIDE_BY_SIDE:
-        page.goto(base_url + url_path(name))
-        found = page.evaluate(WORDS_FIRST)
+        problems += visits(width, None, name)["problems"]
+        found = visits(width, None, name)["words"]
         if not found["code"]:
             failures.append(f"{name}: no code at all")
         if not found["paragraphs"]:
@@ -779,7 +830,6 @@ def test_every_side_by_side_page_says_what_differs_before_the_code(browser, base
         missing = [label for label in LABELS if label.lower() not in named]
         if name in TOPICS and missing:
             failures.append(f"{name}: before the code, no bullet names {missing}")
-    page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems
 
@@ -948,20 +998,15 @@ COVERED = r"""() => {
 
 
 @pytest.mark.parametrize("width", READING)
-def test_no_copy_button_covers_code(browser, base_url, width):
+def test_no_copy_button_covers_code(visits, width):
     """On every page but the source files' own (long, and made like the others), no copy button
     lies over the text of its code block."""
-    problems: list[str] = []
-    page = new_page(browser, base_url, width, problems)
-    failures = []
+    failures, problems = [], []
     for name in [*CONTENT, SOURCE_PAGE]:
-        page.goto(base_url + url_path(name))
-        if page.locator("pre").count():  # Material adds the buttons once the page has loaded
-            page.wait_for_selector(".md-code__nav, .md-clipboard", state="attached", timeout=2000)
-        covered = page.evaluate(COVERED)
+        problems += visits(width, None, name)["problems"]
+        covered = visits(width, None, name)["covered"]
         if covered:
             failures.append(f"{name}: {covered[:3]}")
-    page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems
 
@@ -973,22 +1018,19 @@ PICTURES = r"""() => [...document.querySelectorAll('.md-content img')].map(img =
 }))"""
 
 
-def test_pictures_are_shown_at_the_size_they_were_drawn_for(browser, base_url):
+def test_pictures_are_shown_at_the_size_they_were_drawn_for(visits):
     """At 1440 px, every picture on every page is shown at its drawn width or at half of it (a
     picture drawn at twice the size for sharp screens), and fits the text column."""
-    problems: list[str] = []
-    page = new_page(browser, base_url, WIDE, problems)
-    failures, seen = [], 0
+    failures, seen, problems = [], 0, []
     for name in CONTENT:
-        page.goto(base_url + url_path(name), wait_until="load")
-        for picture in page.evaluate(PICTURES):
+        problems += visits(WIDE, None, name)["problems"]
+        for picture in visits(WIDE, None, name)["pictures"]:
             seen += 1
             scale = picture["natural"] / max(picture["shown"], 1)
             if not (abs(scale - 1) < 0.01 or abs(scale - 2) < 0.01):
                 failures.append(f"{name}: {picture}")
             if picture["shown"] > picture["column"]:
                 failures.append(f"{name}: wider than the column: {picture}")
-    page.close()
     assert seen >= 3, f"only {seen} pictures found"
     assert not failures, "\n".join(failures)
     assert not problems, problems
@@ -1047,18 +1089,15 @@ SPLIT_CELLS = r"""() => {
 
 
 @pytest.mark.parametrize("width", READING)
-def test_no_name_in_a_table_is_split(browser, base_url, width):
+def test_no_name_in_a_table_is_split(visits, width):
     """In every table of every page, inline code (a name, ``rngs=``, ``batch_stats``) stays on
     one row; a table too wide for a phone scrolls sideways instead."""
-    problems: list[str] = []
-    page = new_page(browser, base_url, width, problems)
-    failures = []
+    failures, problems = [], []
     for name in CONTENT:
-        page.goto(base_url + url_path(name))
-        split = page.evaluate(SPLIT_CELLS)
+        problems += visits(width, None, name)["problems"]
+        split = visits(width, None, name)["cells"]
         if split:
             failures.append(f"{name}: {split[:4]}")
-    page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems
 
@@ -1207,20 +1246,17 @@ ALL_SIX_FITS = r"""() => {
 }"""
 
 
-def test_all_six_fit_their_columns_at_1440(browser, base_url):
+def test_all_six_fit_their_columns_at_1440(visits):
     """With every implementation shown (six columns at 1440 x 900 px), on every topic page no
     code block is wider than its column and no string without a space is split across rows."""
-    problems: list[str] = []
-    page = new_page(browser, base_url, WIDE, problems, view="all")
-    failures = []
+    failures, problems = [], []
     for name in TOPICS:
-        page.goto(base_url + url_path(name))
-        found = page.evaluate(ALL_SIX_FITS)
+        problems += visits(WIDE, "all", name)["problems"]
+        found = visits(WIDE, "all", name)["all_six"]
         if found["wide"] or found["split"]:
             failures.append(
                 f"{name}: {len(found['wide'])} wide: {found['wide'][:3]}; "
                 f"split: {found['split'][:3]}"
             )
-    page.close()
     assert not failures, "\n".join(failures)
     assert not problems, problems
