@@ -155,6 +155,7 @@ def new_page(browser, base_url: str, width: int, problems: list[str], view=None,
     return page
 
 
+@functools.cache  # a function, since the scripts are defined further down
 def measurements() -> dict[tuple[int, str | None], list[tuple[str, str, list[str]]]]:
     """What a visit measures, by (width, stored view): each read-only script's key, the script,
     the pages it runs on. The checks below read these; the scripts that scroll or click run in
@@ -820,8 +821,9 @@ def test_every_side_by_side_page_says_what_differs_before_the_code(visits, width
     page, also a list that names every implementation by its label, one bullet at a time."""
     failures, problems = [], []
     for name in SIDE_BY_SIDE:
-        problems += visits(width, None, name)["problems"]
-        found = visits(width, None, name)["words"]
+        measured = visits(width, None, name)
+        problems += measured["problems"]
+        found = measured["words"]
         if not found["code"]:
             failures.append(f"{name}: no code at all")
         if not found["paragraphs"]:
@@ -1003,8 +1005,9 @@ def test_no_copy_button_covers_code(visits, width):
     lies over the text of its code block."""
     failures, problems = [], []
     for name in [*CONTENT, SOURCE_PAGE]:
-        problems += visits(width, None, name)["problems"]
-        covered = visits(width, None, name)["covered"]
+        measured = visits(width, None, name)
+        problems += measured["problems"]
+        covered = measured["covered"]
         if covered:
             failures.append(f"{name}: {covered[:3]}")
     assert not failures, "\n".join(failures)
@@ -1023,8 +1026,9 @@ def test_pictures_are_shown_at_the_size_they_were_drawn_for(visits):
     picture drawn at twice the size for sharp screens), and fits the text column."""
     failures, seen, problems = [], 0, []
     for name in CONTENT:
-        problems += visits(WIDE, None, name)["problems"]
-        for picture in visits(WIDE, None, name)["pictures"]:
+        measured = visits(WIDE, None, name)
+        problems += measured["problems"]
+        for picture in measured["pictures"]:
             seen += 1
             scale = picture["natural"] / max(picture["shown"], 1)
             if not (abs(scale - 1) < 0.01 or abs(scale - 2) < 0.01):
@@ -1094,8 +1098,9 @@ def test_no_name_in_a_table_is_split(visits, width):
     one row; a table too wide for a phone scrolls sideways instead."""
     failures, problems = [], []
     for name in CONTENT:
-        problems += visits(width, None, name)["problems"]
-        split = visits(width, None, name)["cells"]
+        measured = visits(width, None, name)
+        problems += measured["problems"]
+        split = measured["cells"]
         if split:
             failures.append(f"{name}: {split[:4]}")
     assert not failures, "\n".join(failures)
@@ -1251,8 +1256,9 @@ def test_all_six_fit_their_columns_at_1440(visits):
     code block is wider than its column and no string without a space is split across rows."""
     failures, problems = [], []
     for name in TOPICS:
-        problems += visits(WIDE, "all", name)["problems"]
-        found = visits(WIDE, "all", name)["all_six"]
+        measured = visits(WIDE, "all", name)
+        problems += measured["problems"]
+        found = measured["all_six"]
         if found["wide"] or found["split"]:
             failures.append(
                 f"{name}: {len(found['wide'])} wide: {found['wide'][:3]}; "
