@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,17 +166,10 @@ ls "$MNT/model" > "$HOST/made"
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux tmpfs and namespaces")
-@pytest.mark.parametrize("size_kb", [16, 1024])  # the first file; the second function's
-def test_a_full_disk_under_cvae_export_leaves_nothing_and_the_same_command_then_works(
-    tmp_path, size_kb
-):
-    """The export is a directory written whole or not at all: under a full disk one line and status
-    74, no temporary directory left beside it, and the same command works once there is room."""
-    missing = _unshare_missing()
-    if missing:
-        pytest.skip(missing)
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def exported_run(tmp_path_factory) -> Path:
+    """One trained run for every export below (the export only reads it)."""
+    run = tmp_path_factory.mktemp("exported") / "run"
     subprocess.run(
         [
             sys.executable,
@@ -191,8 +185,21 @@ def test_a_full_disk_under_cvae_export_leaves_nothing_and_the_same_command_then_
         capture_output=True,
         timeout=600,
     )
+    return run
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux tmpfs and namespaces")
+@pytest.mark.parametrize("size_kb", [16, 1024])  # the first file; the second function's
+def test_a_full_disk_under_cvae_export_leaves_nothing_and_the_same_command_then_works(
+    tmp_path, size_kb, exported_run
+):
+    """The export is a directory written whole or not at all: under a full disk one line and status
+    74, no temporary directory left beside it, and the same command works once there is room."""
+    missing = _unshare_missing()
+    if missing:
+        pytest.skip(missing)
     (mount := tmp_path / "mnt").mkdir()
-    env = {**os.environ, "SIZE": str(size_kb), "RUN": str(run), "MNT": str(mount)}
+    env = {**os.environ, "SIZE": str(size_kb), "RUN": str(exported_run), "MNT": str(mount)}
     env |= {"HOST": str(tmp_path), "PY": sys.executable}
     subprocess.run(["unshare", "-rm", "bash", "-c", EXPORT], env=env, timeout=600, check=True)
     err = (tmp_path / "first.err").read_text()
