@@ -3,8 +3,9 @@
 NNX modules are ordinary Python objects: ``CVAE(model, rngs=nnx.Rngs(key))`` creates every
 parameter eagerly, and the idiomatic step mutates the model and an ``nnx.Optimizer`` in place under
 ``nnx.jit``. The protocol wants a pure step over a pytree instead, so the fast path uses NNX's
-functional API: ``nnx.split`` the model once into a static ``GraphDef`` and a ``State`` of arrays,
-and ``nnx.merge`` them back inside a plain ``jax.jit``-ed step. Both paths are here, in the
+functional API: the model's parameters taken once as a ``State`` of arrays (``nnx.state``) and its
+static ``GraphDef`` (``nnx.graphdef``, once per config), the two halves ``nnx.split`` gives, and
+``nnx.merge`` them back inside a plain ``jax.jit``-ed step. Both paths are here, in the
 sections every implementation shares.
 """
 

@@ -17,22 +17,25 @@ several processes; the rest run in ``unit``.
 
 from __future__ import annotations
 
-import json
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from run_helpers import WAIT, outputs
+from run_helpers import WAIT, _group_alive, committed, outputs, tmp_of, wait_for
 
-from cvae_rosetta.app import distributed, schedulers
+from cvae_rosetta.app import checkpoint, distributed, schedulers
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parent.parent
 RUN = ["--data-parallel", "shard_map", "--data", "synthetic", "--epochs", "1", "--no-progress"]
 RUN += ["--iw-samples", "1", "--no-tensorboard"]
 
@@ -217,18 +220,80 @@ def test_two_processes_under_a_scheduler_equal_cvae_launch_bit_for_bit(
     assert_same(params(tmp_path / "run"), launched)
 
 
+# srun as SLURM starts a job step: SLURM_NTASKS tasks, each with its rank in SLURM_PROCID
+SRUN = r"""#!/bin/bash
+pids=()
+for ((rank = 0; rank < SLURM_NTASKS; rank++)); do
+    SLURM_PROCID=$rank SLURM_LOCALID=$rank "$@" &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+
+def batch_script(runs: Path, train: list[str]) -> tuple[str, Path]:
+    """docs/clusters.md's SLURM batch script as written, but for what a user edits: the shared
+    folder of runs (``/shared/runs/``, here ``runs``) and ``TRAIN=(...)`` (here ``train``); and
+    the run's folder it names."""
+    page = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
+    script = re.search(r"## SLURM\n.*?```bash\n(.*?)```", page, re.DOTALL)[1]
+    script, edits = re.subn(r"^RUN=/shared/runs/", f"RUN={runs}/", script, flags=re.MULTILINE)
+    script, more = re.subn(
+        r"^TRAIN=\(.*\)$", f"TRAIN=({' '.join(train)})", script, flags=re.MULTILINE
+    )
+    assert (edits, more) == (1, 1), script
+    run = re.search(r"^RUN=(\S+)", script, re.MULTILINE)[1]
+    return script, Path(run)
+
+
 @pytest.mark.faults
-def test_a_run_resumed_under_slurm_ends_as_the_uninterrupted_one(launched, tmp_path):
-    stopped = ["train", "--distributed", *RUN, "--max-steps", "3", "--out", "run"]
-    ended = both(slurm, stopped, (tmp_path, tmp_path))
-    assert [s for s, _ in ended] == [0, 0], ended
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["step"] == 3  # ended by --max-steps, written by process 0
-    resumed = ["train", "--resume", "run", "--distributed", "--max-steps", "8", "--no-progress"]
-    resumed += ["--iw-samples", "1", "--no-tensorboard"]
-    ended = both(slurm, resumed, (tmp_path, tmp_path))
-    assert [s for s, _ in ended] == [0, 0], ended
-    assert_same(params(tmp_path / "run"), launched)
+def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_path):
+    """The page's batch script, run as sbatch runs it (a job ID, srun starting two tasks, the
+    venv it sources): the first job is stopped by SIGTERM, as ``--signal=TERM@120`` stops it before
+    its time limit, sent while it saves step 4 (the processes stop after a step they agree on);
+    the same script submitted again, a new job with a new ID, resumes the run where it stopped
+    and ends bit for bit as the uninterrupted one."""
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    (home / "venvs" / "cvae" / "bin").mkdir(parents=True)
+    (home / "venvs" / "cvae" / "bin" / "activate").write_text(
+        f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
+    )
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    script = tmp_path / "cvae.sbatch"
+    text, run = batch_script(tmp_path / "runs", [*RUN, "--checkpoint-every", "2"])
+    script.write_text(text)
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in (*schedulers.SLURM, "VIRTUAL_ENV")},
+        "HOME": str(home),
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "JAX_PLATFORMS": "cpu",
+    }
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    first = subprocess.Popen(
+        ["bash", str(script)], cwd=tmp_path, start_new_session=True, **pipes,
+        env={**env, **slurm(free_job(), 0), checkpoint.SLOW_SAVE_ENV: "2:4"},
+    )  # fmt: skip
+    wait_for(first, lambda: tmp_of(run / "checkpoints", 4), "the save of step 4")
+    os.killpg(first.pid, signal.SIGTERM)  # the job's tasks, and the batch shell with them
+    first.wait(timeout=WAIT)  # the shell (reaped, so that only the tasks keep the group alive)
+    deadline = time.monotonic() + WAIT
+    while _group_alive(first.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the tasks' own exit, after their checkpoint
+    _, stopped = outputs(first, WAIT)
+    assert " stopped by SIGTERM at " in stopped, stopped[-3000:]  # the processes' agreed step
+    at = committed(run)[-1]
+    again = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env={**env, **slurm(free_job(), 0)},
+        timeout=2 * WAIT, **pipes,
+    )  # fmt: skip
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said[-3000:]
+    assert f"resuming {run} at step {at}" in said, said[-3000:]
+    assert_same(params(run), launched)
 
 
 @pytest.mark.faults

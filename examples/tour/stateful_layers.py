@@ -163,7 +163,7 @@ class NNXNet(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
         self.hidden = nnx.Linear(4, 8, rngs=rngs)
         self.norm = nnx.BatchNorm(8, momentum=MOMENTUM, rngs=rngs)
-        self.dropout = nnx.Dropout(RATE, rngs=rngs)  # keeps a reference to the "dropout" stream
+        self.dropout = nnx.Dropout(RATE, rngs=rngs)  # keeps its own fork of the "dropout" stream
         self.out = nnx.Linear(8, 2, rngs=rngs)
 
     def __call__(self, x):

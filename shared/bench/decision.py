@@ -69,8 +69,9 @@ NEEDS = (
         None,
         "gpu",
         None,
-        "Every style's fast path runs one compiled step; what differs at large batches is the "
-        "program XLA makes of it, named after each ratio.",
+        "Every style's fast path runs one compiled step; beside each ratio, what its compiled "
+        "program shows against pure JAX's (on a machine that recorded no fingerprint, its counts "
+        "only).",
     ),
     (
         "Many devices or hosts",
@@ -82,12 +83,13 @@ NEEDS = (
         "`--distributed`.",
     ),
     (
-        "Keras habits (`fit`, callbacks), or one model for several backends",
+        "Keras habits (`fit`, callbacks)",
         "keras",
         "device",
         "model.fit step",
         "Jit the step yourself with `stateless_call` and `stateless_apply`; the stock `AdamW` "
-        "puts epsilon on the uncorrected root, not where optax does.",
+        "puts epsilon on the uncorrected root, not where optax does. This implementation runs on "
+        "Keras's JAX backend only, and refuses the others.",
     ),
     (
         "An existing Linen codebase",
@@ -105,6 +107,9 @@ NEEDS = (
         "Keep it, pinned with the JAX range Haiku is tested with; not for new code.",
     ),
 )
+# The styles a row that the results choose (the GPU's) names only for code that already uses them,
+# as their own rows advise: Haiku, not for new code.
+EXISTING_CODE_ONLY = ("haiku",)
 
 
 def decision(results: Sequence[dict[str, Any]], maintenance: dict | None = None) -> str:
@@ -168,8 +173,28 @@ def _fastest(result: dict[str, Any]) -> list[str]:
 def _use(results: Sequence[dict[str, Any]], kind: str) -> str:
     gpu = [r for r in results if backend_name(r) != "CPU"]
     if kind == "gpu" and gpu:
-        return _or([impl_label(i) for i in _fastest(gpu[0])])
+        return _gpu_use(gpu[0])
     return "any of the six" if kind == "parallel" else "not measured"
+
+
+def _gpu_use(result: dict[str, Any]) -> str:
+    """The fastest styles at the GPU's largest batch (:func:`_fastest`), those for existing code
+    only said so, and every other measured style with its ratio: none is left out unsaid."""
+    fastest = _fastest(result)
+    new = [impl_label(i) for i in fastest if i not in EXISTING_CODE_ONLY]
+    old = [impl_label(i) for i in fastest if i in EXISTING_CODE_ONLY]
+    _, _, device = _largest(result)
+    rest = [
+        impl_label(i) if i == REFERENCE else f"{impl_label(i)} {ratio(e)}"
+        for i, e in device.items()
+        if i not in fastest
+    ]
+    parts = [_or(new)] if new else []
+    if old:
+        parts.append(f"{_or(old)} as fast, for an existing codebase")
+    if rest:
+        parts.append(f"then {', '.join(rest)}")
+    return "; ".join(parts)
 
 
 def _or(names: list[str]) -> str:
@@ -202,13 +227,17 @@ def _parallel_reason(result: dict[str, Any]) -> str:
     name = backend_name(result)
     if not rows:
         return f"**{name}**: data parallelism not measured in this run"
-    apart = [r for r in rows if differs(r["vs_pure_jax"]["step"])]
     devices = sorted({r["devices"] for r in rows})
     mechanisms = ", ".join(sorted({r["mechanism"] for r in rows}))
     on = f"{listed([str(d) for d in devices])} device{'s' if devices != [1] else ''}"
+    rows = [r for r in rows if r["impl"] != REFERENCE]  # pure JAX against itself compares nothing
+    if not rows:
+        return f"**{name}**: only pure JAX measured under data parallelism ({mechanisms} on {on})"
+    apart = [r for r in rows if differs(r["vs_pure_jax"]["step"])]
     text = (
         f"**{name}**, per step against pure JAX under the same mechanism and device count "
-        f"({mechanisms} on {on}): within noise in {len(rows) - len(apart)} of {len(rows)} cases"
+        f"({mechanisms} on {on}): the other styles within noise in {len(rows) - len(apart)} of "
+        f"{len(rows)} cases"
     )
     if apart:
         text += "; " + "; ".join(
@@ -262,9 +291,10 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: boo
         return f"**{name}**: not measured in this run"
     apart = [(b, e) for b, e in device if differs(e)]
     model, at = result["settings"]["model"], dict(batches)
+    measured = [b for b, e in device if e is not None]
     text = f"**{name}**, device time: " + (
         "; ".join(f"{ratio(e)} at batch {b} ({cause(at[b], impl, model)})" for b, e in apart)
-        + "; within noise at the others"
+        + ("; within noise at the others" if len(apart) < len(measured) else "")
         if apart
         else f"within noise of pure JAX at every batch size ({sizes})"
     )

@@ -79,7 +79,8 @@ def listed(names: Sequence[str]) -> str:
 def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | None = None) -> str:
     """``label -> [(batch, interval)]`` told as text: those that differ from 1.0 beyond their
     interval, ranked by their largest difference, and the rest said to be within noise (never
-    ranked). ``note``: ``label -> {batch: words}`` added to a difference."""
+    ranked). ``note``: ``label -> {batch: words}`` added to a difference, or ``label -> function``
+    of the batch sizes that differ (words about those batch sizes only)."""
     apart, same = [], []
     for label, cells in entries.items():
         if out := [(b, e) for b, e in cells if differs(e)]:
@@ -93,10 +94,14 @@ def findings(entries: dict[str, list[tuple[int, dict | None]]], note: dict | Non
         size = low if low == high else f"{low} to {high}"
         where = ", ".join(str(b) for b, _ in cells)
         where = "every batch size" if len(cells) == len(entries[label]) else f"batch {where}"
-        said = {b: w for b, _ in cells if (w := (note or {}).get(label, {}).get(b))}
-        if len(set(said.values())) > 1:  # a different note at each batch size: say which is which
-            said = {b: f"at batch {b}, {w}" for b, w in said.items()}
-        extra = "; ".join(dict.fromkeys(said.values()))
+        told = (note or {}).get(label, {})
+        if callable(told):
+            extra = told([b for b, _ in cells])
+        else:
+            said = {b: w for b, _ in cells if (w := told.get(b))}
+            if len(set(said.values())) > 1:  # a different note at each batch size: say which
+                said = {b: f"at batch {b}, {w}" for b, w in said.items()}
+            extra = "; ".join(dict.fromkeys(said.values()))
         parts.append(f"{label} {size} at {where}" + (f" ({extra})" if extra else ""))
     text = ("Beyond noise: " + "; ".join(parts) + ".") if parts else "No difference beyond noise."
     if same:

@@ -142,14 +142,22 @@ def minimum_bytes(model: dict[str, Any], batch_size: int) -> int:
     return 4 * (PARAMETER_PASSES * parameter_count(model) + batch_size * (model["input_dim"] + 1))
 
 
-def _bound(row: dict[str, Any], roof: dict[str, Any], stream: dict[str, Any] | None) -> float:
-    """The roofline's least time of a step with ``row``'s FLOPs and bytes (µs): the larger of its
-    FLOPs at the matmul's rate and its bytes at the streaming update's, each rate its fastest
-    round's (what the machine showed it can do, in the same rounds as the steps)."""
+def roof_times(
+    row: dict[str, Any], roof: dict[str, Any], stream: dict[str, Any] | None
+) -> tuple[float, float | None]:
+    """The two sides of the roofline for a step with ``row``'s FLOPs and bytes (µs): its FLOPs at
+    the matmul's rate and its bytes at the streaming update's (``None`` without one), each rate
+    its fastest round's (what the machine showed it can do, in the same rounds as the steps)."""
     compute = row["flops"] * min(roof["call_us"]["rounds"]) / roof["flops"]
     if not (stream and row.get("bytes_accessed")):
-        return compute
-    return max(compute, row["bytes_accessed"] * min(stream["call_us"]["rounds"]) / stream["bytes"])
+        return compute, None
+    return compute, row["bytes_accessed"] * min(stream["call_us"]["rounds"]) / stream["bytes"]
+
+
+def _bound(row: dict[str, Any], roof: dict[str, Any], stream: dict[str, Any] | None) -> float:
+    """The roofline's least time of a step (µs): the larger of :func:`roof_times`."""
+    compute, memory = roof_times(row, roof, stream)
+    return compute if memory is None else max(compute, memory)
 
 
 def ratio(value: Any, base: Any) -> float | None:

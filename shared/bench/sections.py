@@ -38,6 +38,7 @@ from cvae_rosetta.bench.results import (
     parameter_count,
     path_row,
     provenance,
+    roof_times,
     scan_row,
 )
 
@@ -241,19 +242,17 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     def extra(batch, label):
         return f", {path_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
 
-    def work(label):  # one note for every batch size: the wrapper's extra µs, smallest to largest
-        extra = sorted(
-            r["vs_fast"]["extra_us"]
-            for _, bt in batches_by_size(result)
-            if (r := path_row(bt, label))
-        )
-        span = f"{extra[0]:+,.0f} to {extra[-1]:+,.0f} µs a call"
-        return f"the wrapper's own work around the step, {span}"
+    def work(label):  # the wrapper's extra µs at the batch sizes named, smallest to largest
+        def told(named: list[int]) -> str:
+            by_size = dict(batches_by_size(result))
+            extra = sorted(path_row(by_size[b], label)["vs_fast"]["extra_us"] for b in named)
+            low, high = f"{extra[0]:+,.0f}", f"{extra[-1]:+,.0f}"
+            span = low if low == high else f"{low} to {high}"
+            return f"the wrapper's own work around the step, {span} µs a call"
 
-    why = {
-        shown: dict.fromkeys(dict(batches_by_size(result)), work(label))
-        for label, shown in labels.items()
-    }
+        return told
+
+    why = {shown: work(label) for label, shown in labels.items()}
     return _part(
         f"{h} The frameworks' own jit wrappers",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
@@ -357,11 +356,16 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
     batches, n = batches_by_size(result), result["settings"]["roof_size"]
     params = parameter_count(result["settings"]["model"])
     if not all(bt.get("bandwidth") for _, bt in batches):  # measured before the roofline
-        rows = [[str(b), number(bt["roof"]["gflops_per_s"])] for b, bt in batches]
+        rows = [
+            [str(b), number(bt["roof"]["gflops_per_s"]), *_compute_side(bt)] for b, bt in batches
+        ]
+        header = ["batch", "roof GFLOP/s", "pure JAX's FLOPs at that rate", "its device time"]
         return _part(
             f"{h} Against the matmul roof",
-            f"This run timed a float32 {n}x{n} matmul only, no bandwidth: no roofline.",
-            markdown_table(["batch", "roof GFLOP/s"], rows, "rr"),
+            f"This run timed a float32 {n}x{n} matmul only, no bandwidth: half a roofline. Pure "
+            "JAX's step takes at least its FLOPs at the matmul's rate (the compute side; the "
+            "memory side was not measured), against its device time per step:",
+            markdown_table(header, rows, "rrrr"),
         )
     impls = {i: impl_label(i) for i in impls_measured(result)}
 
@@ -373,18 +377,34 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         "bandwidth GB/s": lambda bt: number(bt["bandwidth"]["gb_per_s"]),
         "the spec's minimum": lambda bt: megabytes(bt["minimum_bytes"]),
     }
+    passes = batches[0][1]["bandwidth"]["bytes"] / (4 * params)
+    sides = {
+        "compute side (FLOPs at the matmul rate)": lambda bt: _us(_sides(bt)[0]),
+        "memory side (bytes at the bandwidth)": lambda bt: _us(_sides(bt)[1]),
+        "the bound: the larger side": lambda bt: _binds(bt),
+        "device time per step": lambda bt: _us((scan_row(bt, REFERENCE) or {}).get("step_us")),
+    }
+    above = sorted(
+        {(b, impl_label(i)) for b, bt in batches for i in impls
+         if ((scan_row(bt, i) or {}).get("bound_fraction") or {}).get("high", 0) > 1}
+    )  # fmt: skip
     return _part(
         f"{h} Against the roofline",
         "A step takes at least the larger of its FLOPs at the matmul rate and its bytes at the "
         "memory bandwidth (the roofline of Williams, Waterman and Patterson, 2009), FLOPs and "
         "bytes from the `cost_analysis` of its compiled fast path. Both rates are timed in the "
         f"same rounds as the steps: a jitted float32 {n}x{n} matmul, and a streaming Adam-like "
-        f"update (4 reads, 3 writes) over float32 buffers of the {params:,} parameters' size, "
-        "called from Python (its dispatch counts against it); each rate is its fastest round's, "
-        "what the machine showed it can do. The spec's minimum is what any "
+        f"update over four float32 buffers of the {params:,} parameters' size, its bytes counted "
+        f"by its `cost_analysis` as the steps' are ({passes:.0f} passes over the parameters' "
+        "size), called from Python (its dispatch counts against it); each rate is its fastest "
+        "round's, what the machine showed it can do. The spec's minimum is what any "
         f"step must move: {PASSES_WORDS} and the batch read once; activations are left out, so "
         "it bounds the small batches closely and the large ones loosely.",
         _grid(result, lambda bt, key: rates[key](bt), {k: k for k in rates}),
+        "Pure JAX's fast path against the two sides, in µs per step: which side binds at each "
+        "batch size, and the device time the step took:",
+        "",
+        _grid(result, lambda bt, key: sides[key](bt), {k: k for k in sides}),
         "Bytes each fast path moves per step, and their share of the spec's minimum (100 % "
         "is the minimum):",
         "",
@@ -393,7 +413,41 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         "(100 % is the bound; interval over the rounds):",
         "",
         _grid(result, fraction, impls),
+        *(
+            [
+                "Above 100 %, a round ran faster than the bound: "
+                + "; ".join(f"{name} at batch {b}" for b, name in above)
+                + ". The bandwidth is the streaming update's, called from Python once a round "
+                "with its dispatch counted, while a step inside the scan pays none, so the "
+                "memory side's rate can be understated and the bound overstated there.",
+                "",
+            ]
+            if above
+            else []
+        ),
     )
+
+
+def _sides(batch: dict[str, Any]) -> tuple[float, float | None]:
+    return roof_times(fast_row(batch, REFERENCE), batch["roof"], batch.get("bandwidth"))
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2g} µs" if value < 1 else f"{number(value)} µs"
+
+
+def _binds(batch: dict[str, Any]) -> str:
+    compute, memory = _sides(batch)
+    if memory is None:
+        return f"{_us(compute)} (compute)"
+    return f"{_us(max(compute, memory))} ({'memory' if memory > compute else 'compute'})"
+
+
+def _compute_side(batch: dict[str, Any]) -> list[str]:
+    device = (scan_row(batch, REFERENCE) or {}).get("step_us")
+    return [_us(_sides(batch)[0]), _us(device)]
 
 
 PASSES_WORDS = (
@@ -494,6 +548,7 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
 
     groups = programs(result)
     blocks = {
+        "checklist": _checklist(result),
         "programs": [groups] if groups else [],
         "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
         "techniques": _techniques(result, "#")[4:],
@@ -507,6 +562,64 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
         }
         blocks[impl] = _compared(result, _vs_fast, labels) if labels else []
     return blocks
+
+
+# What to write, for each way of writing the step the benchmark measures against the fast path:
+# True where the fast path is the advised form (the technique is what to avoid), False where the
+# technique itself is.
+ADVICE = {
+    "no donation": ("Donate the state (`jax.jit(train_step, donate_argnums=0)`)", True),
+    "optax's clipping": (
+        "Clip by one scalar factor, `g * min(1, c / n)`, not `optax.clip_by_global_norm`",
+        True,
+    ),
+    "optax.flatten": ("Keep the parameters a tree, not `optax.flatten`", True),
+    "optax's AdamW": ("Bias corrections as scalar factors, not `optax.adamw`", True),
+    "kernel layout": ("The kernels' gradient in their own layout, `h.T @ g` (below)", False),
+}
+
+
+def _checklist(result: dict[str, Any]) -> list[str]:
+    """The ways to a faster step, ranked by the largest gain per call each gave in ``result``
+    (beyond noise), each with its gain and batch size; those that gave none beyond noise after
+    them. The frameworks' own jit wrappers against their fast path come first as one way."""
+    gains: list[tuple[float, str]] = []
+    none: list[str] = []
+    wrappers = []
+    for b, batch in batches_by_size(result):
+        for row in batch["paths"]:
+            entry = (row.get("vs_fast") or {}).get("step")
+            if row["path"] not in (FAST, SAME_AS_FAST) and entry and differs(entry):
+                wrappers.append((entry["ratio"], b, path_label(row)))
+    if wrappers:
+        top, b, label = max(wrappers)
+        gains.append(
+            (top, f"Step with `jax.jit` over a pure state, not the framework's own jit wrapper: "
+                  f"up to {top:.2f}x per call ({label}, batch {b})")
+        )  # fmt: skip
+    best: dict[str, tuple[float, int] | None] = {}
+    for part in result.get("techniques") or []:
+        for r in part["rows"]:
+            if r["technique"] not in ADVICE:
+                continue
+            words, fast_is_advised = ADVICE[r["technique"]]
+            entry = r["vs_fast"]["step_us"]
+            gain = entry["ratio"] if fast_is_advised else 1 / entry["ratio"]
+            best.setdefault(words, None)
+            if differs(entry) and gain > 1 and gain > (best[words] or (0, 0))[0]:
+                best[words] = (gain, part["batch_size"])
+    for words, found in best.items():
+        if found:
+            gains.append((found[0], f"{words}: {found[0]:.2f}x per call (batch {found[1]})"))
+        else:
+            none.append(words)
+    if not gains and not none:
+        return []
+    lines = [f"{n}. {words}" for n, (_, words) in enumerate(sorted(gains, reverse=True), 1)]
+    if none:
+        said = "; ".join(words[0].lower() + words[1:] for words in none)
+        lines += ["", f"No gain per call beyond noise at the batch sizes measured: {said}."]
+    return [*lines, ""]
 
 
 def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:

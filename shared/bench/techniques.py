@@ -36,6 +36,30 @@ TECHNIQUES = {
 }
 
 
+# --8<-- [start:kernel_layout]
+def kernel_layout_matmul() -> Callable:
+    """``h @ kernel`` whose backward pass computes the kernel's gradient as ``h.T @ g``, in the
+    kernel's own ``[in, out]`` layout, where JAX's rule computes ``g.T @ h`` and transposes it."""
+    import jax
+
+    @jax.custom_vjp
+    def matmul(h, kernel):
+        return h @ kernel
+
+    def forward(h, kernel):
+        return h @ kernel, (h, kernel)
+
+    def backward(saved, g):
+        h, kernel = saved
+        return g @ kernel.T, h.T @ g
+
+    matmul.defvjp(forward, backward)
+    return matmul
+
+
+# --8<-- [end:kernel_layout]
+
+
 def kernel_layout_step(impl: Any) -> Callable:
     """``impl``'s step with every ``h @ kernel`` of its loss (a 2-D ``dot_general`` contracting
     ``h``'s last axis with the kernel's first) given a VJP that computes the kernel's gradient as
@@ -51,18 +75,7 @@ def kernel_layout_step(impl: Any) -> Callable:
 
     from cvae_rosetta.spec.model import noise
 
-    @jax.custom_vjp
-    def matmul(h, kernel):
-        return h @ kernel
-
-    def forward(h, kernel):
-        return h @ kernel, (h, kernel)
-
-    def backward(saved, g):
-        h, kernel = saved
-        return g @ kernel.T, h.T @ g
-
-    matmul.defvjp(forward, backward)
+    matmul = kernel_layout_matmul()
     plain = (((1,), (0,)), ((), ()))
 
     def evaluate(closed, *args):
