@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta import files
 from cvae_rosetta.app import resources, schedulers
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
@@ -415,7 +416,12 @@ def lost_peers(place: Place | Cluster | None, run_dir: Any) -> Iterator[None]:
     except Exception as err:
         if not is_lost_peer(err):
             raise
-        print(f"cvae: error: {lost_message(place, err, run_dir)}", file=sys.stderr)
+        # the runtime's threads log the lost peer on file descriptor 2 as the process ends:
+        # silenced first, so that none of it lands inside the line (a line of theirs once
+        # followed this one's text before its newline)
+        line = f"cvae: error: {lost_message(place, err, run_dir)}"
+        files.silence_stderr()
+        files.say(line)
         _end_now(LOST_STATUS)
 
 
