@@ -295,8 +295,9 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
     return state.apply_gradients(grads), metrics
 
 
-# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)`` and the
-# trainer inside its epoch step under ``jax.jit(..., donate_argnums=0)``.
+# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)``; the trainer
+# runs its two halves (``compute_grads``, then ``state.apply_gradients``) in its epoch step,
+# compiled with the old state donated (``jax.jit``, or ``jax.pmap`` under pmap).
 # --8<-- [end:fast_path]
 
 

@@ -219,9 +219,10 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 # --8<-- [start:fast_path]
 # Nothing to add: Linen's step is already functional (``apply`` is a pure function of the variable
 # dict, the TrainState a pytree with static ``apply_fn``, ``tx`` and ``config``). As for pure JAX,
-# the benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)`` and the trainer inside its
-# epoch step under ``jax.jit(..., donate_argnums=0)``: the old state is donated, so XLA updates its
-# buffers in place.
+# the benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)``; the trainer runs its two
+# halves (``compute_grads``, then ``state.apply_gradients``) in its epoch step, compiled with the
+# old state donated (``jax.jit``, or ``jax.pmap`` under pmap), so XLA updates its buffers in
+# place.
 # --8<-- [end:fast_path]
 
 

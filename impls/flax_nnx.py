@@ -231,13 +231,15 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
     return state.apply_gradients(grads), metrics
 
 
-# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)`` and the
-# trainer inside its epoch step under ``jax.jit(..., donate_argnums=0)``.
+# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)``; the trainer
+# runs its two halves (``compute_grads``, then ``state.apply_gradients``) in its epoch step,
+# compiled with the old state donated (``jax.jit``, or ``jax.pmap`` under pmap).
 # --8<-- [end:fast_path]
 
 
 # --8<-- [start:paths]
-# The NNX way of running the step (``train_step_in_place``), behind the protocol's
+# The NNX ways of running the step (``train_step_in_place``, and ``train_step_tree_mode`` in tree
+# mode), behind the protocol's
 # ``(state, batch, key)`` call: ``label -> make(state) -> (step, carry)``, where
 # ``step(carry, batch, key) -> (carry, metrics)``. The conformance suite checks each against
 # ``train_step``; ``cvae bench`` times each beside the fast path.

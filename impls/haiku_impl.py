@@ -175,9 +175,10 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 
 # --8<-- [start:fast_path]
 # Nothing to add: Haiku's apply is already a pure function of the parameter dict, so the idiomatic
-# step is the fast one. The benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)`` and
-# the trainer inside its epoch step under ``jax.jit(..., donate_argnums=0)``: the old state is
-# donated, so XLA updates its buffers in place.
+# step is the fast one. The benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)``; the
+# trainer runs its two halves (``compute_grads``, then ``state.apply_gradients``) in its epoch
+# step, compiled with the old state donated (``jax.jit``, or ``jax.pmap`` under pmap), so XLA
+# updates its buffers in place.
 # --8<-- [end:fast_path]
 
 

@@ -10,7 +10,8 @@ those values: the model's trainable ones (``params``) and the optimiser's, with 
 static metadata. A Keras model is an object with variables, so the compiled model of a config is
 built once, eagerly, and cached (``compiled_model``): a config can first reach this file inside
 ``jax.jit``, and variables created inside a trace would keep its tracers. Every state of that
-config shares the model; only its calls are used, never its variables' values.
+config shares the model; its parameters' values are never used, only its calls (and, once, its
+optimiser's fresh values).
 
 Mixed precision is Keras's dtype policy, given to each layer (``mixed_bfloat16``: float32
 variables, bfloat16 computation), never the global one, which would change every Keras model of the
@@ -442,8 +443,9 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
     return state.apply_gradients(grads=grads), metrics
 
 
-# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)`` and the
-# trainer inside its epoch step under ``jax.jit(..., donate_argnums=0)``.
+# The benchmark compiles ``train_step`` as ``jax.jit(train_step, donate_argnums=0)``; the trainer
+# runs its two halves (``compute_grads``, then ``state.apply_gradients``) in its epoch step,
+# compiled with the old state donated (``jax.jit``, or ``jax.pmap`` under pmap).
 # --8<-- [end:fast_path]
 
 

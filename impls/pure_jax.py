@@ -1,7 +1,8 @@
 """The CVAE in plain JAX: parameters are an explicit pytree, the model is a set of functions.
 
 This is the reference implementation. Its parameter tree *is* the canonical tree of the spec, so its
-converters are the identity, and every other implementation is checked against it. The file sets
+converters are the identity; `cvae compare`, the benchmark and the suite's pairwise checks measure
+the others against it (the suite's own checks use its float64 reference). The file sets
 the shape every implementation follows: the same sections, in the same order, each between
 ``# --8<-- [start:NAME]`` and ``# --8<-- [end:NAME]`` markers that the docs pull code from.
 """
@@ -115,9 +116,10 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 
 # --8<-- [start:fast_path]
 # Nothing to add: the step above is already a pure function of arrays, so the idiomatic path is the
-# fast one. The benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)`` and the trainer
-# inside its epoch step under ``jax.jit(..., donate_argnums=0)``: the old state is donated, so XLA
-# updates its buffers in place.
+# fast one. The benchmark compiles it as ``jax.jit(train_step, donate_argnums=0)``; the trainer runs
+# its two halves (``compute_grads``, then ``state.apply_gradients``) in its epoch step, compiled
+# with the old state donated (``jax.jit``, or ``jax.pmap`` under pmap), so XLA updates its buffers
+# in place.
 # --8<-- [end:fast_path]
 
 

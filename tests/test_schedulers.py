@@ -8,6 +8,9 @@ joined with no coordinator flags, and one run folder for every process.
   it, train with no coordinator flags and write parameters equal bit for bit to those of ``cvae
   launch --num-processes 2 -- train`` with the same arguments; a run stopped at ``--max-steps``
   and resumed under SLURM ends bit for bit as the uninterrupted one.
+- docs/clusters.md's SLURM batch script, run as written (a simulated ``srun``) and stopped by
+  SIGTERM, then submitted again as a new job, resumes the run and ends bit for bit as the
+  uninterrupted one.
 - Two processes whose relative ``--out`` resolves to different folders stop before training, one
   line each, status 2, nothing written.
 
@@ -17,6 +20,7 @@ several processes; the rest run in ``unit``.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -217,6 +221,20 @@ def test_two_processes_under_a_scheduler_equal_cvae_launch_bit_for_bit(
     for rank, err in enumerate((err0, err1)):
         assert err[0].startswith(f"cvae: joining the run as process {rank} of 2, coordinator ")
         assert err[0].endswith(f"(from {name}'s environment)"), err
+    assert_same(params(tmp_path / "run"), launched)
+
+
+@pytest.mark.faults
+def test_a_run_resumed_under_slurm_ends_as_the_uninterrupted_one(launched, tmp_path):
+    stopped = ["train", "--distributed", *RUN, "--max-steps", "3", "--out", "run"]
+    ended = both(slurm, stopped, (tmp_path, tmp_path))
+    assert [s for s, _ in ended] == [0, 0], ended
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["step"] == 3  # ended by --max-steps, written by process 0
+    resumed = ["train", "--resume", "run", "--distributed", "--max-steps", "8", "--no-progress"]
+    resumed += ["--iw-samples", "1", "--no-tensorboard"]
+    ended = both(slurm, resumed, (tmp_path, tmp_path))
+    assert [s for s, _ in ended] == [0, 0], ended
     assert_same(params(tmp_path / "run"), launched)
 
 

@@ -2,7 +2,8 @@
 
 Every refusal of bad input raises a :class:`CvaeError` whose message names the field, what was
 expected and what was given. The CLI prints such errors as one line and exits with status 2; any
-other exception is a bug and keeps its traceback.
+other exception is a bug and keeps its traceback, but for the failures ``cli/exits.py`` names (an
+unavailable platform, a failed write, a stop).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 optax transformation, for an implementation or a trainer outside the project (docs/spec.md,
 section 5, shows its use).
 
-``optim.schedule`` is ``constant`` (the spec's default, and what the conformance suite checks),
+``optim.schedule`` is ``constant`` (the spec's default, which the conformance suite's checks run
+at but for the schedule checks of its later steps),
 ``cosine`` (from ``learning_rate`` down to ``end_learning_rate`` over ``decay_steps``) or
 ``warmup_cosine`` (linearly from 0 up to ``learning_rate`` over ``warmup_steps``, then the cosine
 down to ``end_learning_rate``; ``decay_steps`` counts the warm-up too, as optax does). The

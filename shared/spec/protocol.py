@@ -1,9 +1,9 @@
 """SPEC section 6: the protocol every implementation meets, its adapter, and the loader.
 
 An implementation module writes its framework's own functions, then hands them to :class:`Adapter`
-in its last section. The adapter is the only place that validates input (SPEC section 7) and draws
-the noise of a call (SPEC section 3), so every implementation refuses the same bad input with the
-same message and sees the same noise for the same key.
+in its last section. Of an implementation's calls, the adapter is the only place that validates
+input (SPEC section 7) and draws the noise of a call (SPEC section 3), so every implementation
+refuses the same bad input with the same message and sees the same noise for the same key.
 
 :func:`load` resolves an implementation from a short name registered under the entry-point group
 ``cvae_rosetta.impls`` or from any ``"module:attribute"`` string, one outside the repo included:

@@ -6,7 +6,8 @@ the ``"module:attribute"`` of its protocol object. The built-in ones are the ent
 target is in :data:`BUILTIN_PACKAGE`. Each implementation's module may describe itself in a
 top-level literal, read from the module's text (:func:`about`)::
 
-    ABOUT = {"label": "Equinox", "module": "equinox", "distribution": "equinox", "extra": "equinox"}
+    ABOUT = {"label": "Equinox", "module": "equinox", "distribution": "equinox", "extra": "equinox",
+             "order": 5}
 
 - ``label``: its name on the docs' and the benchmark's pages;
 - ``module``: what must be importable for it to run (whether it is installed);
