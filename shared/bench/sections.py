@@ -382,7 +382,7 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         "compute side (FLOPs at the matmul rate)": lambda bt: _us(_sides(bt)[0]),
         "memory side (bytes at the bandwidth)": lambda bt: _us(_sides(bt)[1]),
         "the bound: the larger side": lambda bt: _binds(bt),
-        "device time per step": lambda bt: _us((scan_row(bt, REFERENCE) or {}).get("step_us")),
+        "device time per step": lambda bt: _us(_device_us(bt)),
     }
     above = sorted(
         {(b, impl_label(i)) for b, bt in batches for i in impls
@@ -445,9 +445,13 @@ def _binds(batch: dict[str, Any]) -> str:
     return f"{_us(max(compute, memory))} ({'memory' if memory > compute else 'compute'})"
 
 
+def _device_us(batch: dict[str, Any]) -> float | None:
+    """Pure JAX's device time per step (µs), where the run measured it."""
+    return (scan_row(batch, REFERENCE) or {}).get("step_us")
+
+
 def _compute_side(batch: dict[str, Any]) -> list[str]:
-    device = (scan_row(batch, REFERENCE) or {}).get("step_us")
-    return [_us(_sides(batch)[0]), _us(device)]
+    return [_us(_sides(batch)[0]), _us(_device_us(batch))]
 
 
 PASSES_WORDS = (
@@ -582,7 +586,8 @@ ADVICE = {
 def _checklist(result: dict[str, Any]) -> list[str]:
     """The ways to a faster step, ranked by the largest gain per call each gave in ``result``
     (beyond noise), each with its gain and batch size; those that gave none beyond noise after
-    them. The frameworks' own jit wrappers against their fast path come first as one way."""
+    them. The frameworks' own jit wrappers against their fast path are one way among them,
+    counted at their largest gain."""
     gains: list[tuple[float, str]] = []
     none: list[str] = []
     wrappers = []
