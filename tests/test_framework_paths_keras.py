@@ -182,6 +182,40 @@ def test_the_optimizer_is_the_spec_where_keras_adamw_is_not():
     assert np.all(moved[:5] < 0.5 * spec_moved[:5]), (moved, spec_moved)
 
 
+def update_flops(optim: OptimConfig, size: int) -> tuple[float, float]:
+    """FLOP of one compiled update of ``size`` float32 parameters, as XLA's cost analysis counts
+    them: the spec's optax chain (and ``optax.apply_updates``), then Keras's."""
+    params, grads = [jnp.ones(size)], [jnp.full(size, 0.1)]
+    tx = make_optimizer(optim)
+
+    def spec_update(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    optimizer = keras_impl.optimizer_of(optim)
+    optimizer.build([keras.Variable(p) for p in params])
+    variables = [v.value for v in optimizer.variables]
+    counted = []
+    for step, args in ((spec_update, (params, tx.init(params), grads)),
+                       (optimizer.stateless_apply, (variables, grads, params))):  # fmt: skip
+        cost = jax.jit(step).lower(*args).compile().cost_analysis()
+        counted.append((cost[0] if isinstance(cost, list) else cost)["flops"])
+    return counted[0], counted[1]
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.1])
+def test_kerass_update_counts_two_more_flops_per_parameter_only_without_decay(decay):
+    """docs/fast_step.md's account of Keras's larger step: optax's ``add_decayed_weights``
+    returns the updates untouched at a decay of 0.0 (the spec's default), Keras's ``AdamW``
+    computes ``variable - variable * weight_decay * learning_rate`` at any decay: two FLOP per
+    parameter more at 0.0, none above it (per parameter: the counts' growth from 1,000 parameters
+    to 2,000, which leaves out the few scalar operations of either)."""
+    optim = OptimConfig(weight_decay=decay)
+    (spec, ours), (spec2, ours2) = update_flops(optim, 1000), update_flops(optim, 2000)
+    more = ((ours2 - ours) - (spec2 - spec)) / 1000
+    assert more == (2.0 if decay == 0.0 else 0.0), (spec, ours, spec2, ours2)
+
+
 @pytest.mark.parametrize("kind", ["cosine", "warmup_cosine"])
 def test_kerass_cosine_decay_is_the_spec_schedule(kind):
     """Keras's CosineDecay, given decay_steps without the warm-up, takes the spec's (optax's)
