@@ -11,6 +11,12 @@ joined with no coordinator flags, and one run folder for every process.
 - docs/clusters.md's SLURM batch script, run as written (a simulated ``srun``) and stopped by
   SIGTERM, then submitted again as a new job, resumes the run and ends bit for bit as the
   uninterrupted one.
+- docs/clusters.md's two mpirun lines, run as written (a simulated ``mpirun`` of two ranks), are
+  stopped by a SIGTERM mpirun passes on, then resumed, ending bit for bit as the uninterrupted run;
+  its JobSet, read as Kubernetes reads it, gives the run what it needs (a coordinator that pod 0's
+  host name and port reach, one pod per process with its index as process id, a shared volume for
+  ``--out``, no pod restarted alone, a grace period of its own), and ``cvae`` parses its command and
+  the resumed one.
 - Two processes whose relative ``--out`` resolves to different folders stop before training, one
   line each, status 2, nothing written.
 
@@ -24,6 +30,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -33,10 +40,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from run_helpers import WAIT, _group_alive, committed, outputs, tmp_of, wait_for
 
 from cvae_rosetta.app import checkpoint, distributed, schedulers
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.parser import build_parser
 from cvae_rosetta.spec.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,6 +275,25 @@ def batch_script(runs: Path, train: list[str]) -> tuple[str, Path]:
     return script, Path(run)
 
 
+def fake_command(bin_dir: Path, name: str, script: str) -> None:
+    """``name`` on a PATH that starts with ``bin_dir``: a bash script standing in for it."""
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text(script)
+    (bin_dir / name).chmod(0o755)
+
+
+def assert_resumed(command: list[str], cwd: Path, env: dict[str, str], run: Path, launched) -> None:
+    """``command``, the stopped run's resubmission, resumes ``run`` at its last checkpoint and
+    ends it with the parameters of the uninterrupted run, ``launched``."""
+    at = committed(run)[-1]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    again = subprocess.run(command, cwd=cwd, env=env, timeout=2 * WAIT, **pipes)
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said[-3000:]
+    assert f"resuming {run} at step {at}" in said, said[-3000:]
+    assert_same(params(run), launched)
+
+
 @pytest.mark.faults
 def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_path):
     """The page's batch script, run as sbatch runs it (a job ID, srun starting two tasks, the
@@ -278,9 +306,7 @@ def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_pa
     (home / "venvs" / "cvae" / "bin" / "activate").write_text(
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
     )
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(SRUN)
-    (bin_dir / "srun").chmod(0o755)
+    fake_command(bin_dir, "srun", SRUN)
     script = tmp_path / "cvae.sbatch"
     text, run = batch_script(tmp_path / "runs", [*RUN, "--checkpoint-every", "2"])
     script.write_text(text)
@@ -303,15 +329,7 @@ def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_pa
         time.sleep(0.1)  # the tasks' own exit, after their checkpoint
     _, stopped = outputs(first, WAIT)
     assert " stopped by SIGTERM at " in stopped, stopped[-3000:]  # the processes' agreed step
-    at = committed(run)[-1]
-    again = subprocess.run(
-        ["bash", str(script)], cwd=tmp_path, env={**env, **slurm(free_job(), 0)},
-        timeout=2 * WAIT, **pipes,
-    )  # fmt: skip
-    said = again.stdout + again.stderr
-    assert again.returncode == 0, said[-3000:]
-    assert f"resuming {run} at step {at}" in said, said[-3000:]
-    assert_same(params(run), launched)
+    assert_resumed(["bash", str(script)], tmp_path, {**env, **slurm(free_job(), 0)}, run, launched)
 
 
 @pytest.mark.faults
@@ -336,3 +354,143 @@ def test_the_resume_command_under_a_scheduler_is_its_line_again(monkeypatch):
     assert distributed.resume_command(place)("RUN") == (
         "cvae train --resume RUN --distributed (every process, started by SLURM as this job's were)"
     )
+
+
+# --- Open MPI's mpirun lines, as written ----------------------------------------------------------
+
+# mpirun as Open MPI starts a job on this one host: -np ranks of the command, each with Open MPI's
+# variables (the job's id from $MPI_JOB, a multiple of 2**12 as Open MPI numbers jobs); the host
+# file must exist; a SIGTERM mpirun gets goes on to every rank, and mpirun exits as its ranks do.
+MPIRUN = r"""#!/bin/bash
+np="" hostfile=""
+while [[ $1 == -* ]]; do
+    case $1 in
+        -np) np=$2; shift 2 ;;
+        --hostfile) hostfile=$2; shift 2 ;;
+        -x) export "${2?}"; shift 2 ;;
+        *) echo "mpirun (simulated): unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[[ -n $np && -f $hostfile ]] || { echo "mpirun (simulated): -np and a host file" >&2; exit 2; }
+pids=()
+for ((rank = 0; rank < np; rank++)); do
+    OMPI_MCA_orte_hnp_uri="$((MPI_JOB * 4096)).0;tcp://127.0.0.1:45123" \
+    OMPI_COMM_WORLD_SIZE=$np OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_LOCAL_RANK=$rank "$@" &
+    pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
+status=0
+for pid in "${pids[@]}"; do
+    while true; do
+        wait "$pid"; code=$?
+        kill -0 "$pid" 2>/dev/null || break  # else the trap cut the wait short: wait again
+    done
+    ((code)) && status=$code
+done
+exit $status
+"""
+
+
+def mpirun_lines(runs: Path, train: list[str]) -> tuple[str, str]:
+    """docs/clusters.md's two mpirun lines (the run, then its resume) as written, but for what a
+    user sizes: two ranks instead of four (and ``--devices`` with them), the shared folder of
+    runs (here ``runs``) and the training flags a short run needs (``train``, after the page's)."""
+    page = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
+    section = re.search(r"## Open MPI\n(.*?)\n## ", page, re.DOTALL)[1]
+    lines = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert len(lines) == 2, lines
+    edited = []
+    for line in lines:
+        line, ranks = re.subn(r"-np 4 ", "-np 2 ", line)
+        line, folders = re.subn(r"/shared/runs/", f"{runs}/", line)
+        assert (ranks, folders) == (1, 1), line
+        edited.append(line.strip())
+    first, devices = re.subn(r"--devices 4 ", "--devices 2 ", edited[0])
+    assert devices == 1 and first.count("--out ") == 1, first
+    return f"{first} {' '.join(train)}", edited[1]
+
+
+@pytest.mark.faults
+def test_the_mpirun_lines_run_stop_on_sigterm_and_resume(launched, tmp_path):
+    """The page's mpirun line, run as written (a simulated mpirun of two ranks on this host), is
+    stopped by a SIGTERM sent to mpirun alone while the ranks save step 2: mpirun passes it on,
+    the ranks stop after the step they agree on (an epoch's end, in a run this short) with its
+    checkpoint, status 143. The page's resume line, a new job, goes on from there and ends bit for
+    bit as the uninterrupted run."""
+    bin_dir = tmp_path / "bin"
+    fake_command(bin_dir, "mpirun", MPIRUN)
+    (tmp_path / "hosts").write_text("localhost slots=2\n")
+    run_line, resume_line = mpirun_lines(tmp_path / "runs", [*RUN[2:], "--checkpoint-every", "2"])
+    run = tmp_path / "runs" / "mpi"
+    assert f"--out {run}" in run_line and f"--resume {run} " in f"{resume_line} "
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in schedulers.OPEN_MPI},
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "JAX_PLATFORMS": "cpu",
+    }
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    first = subprocess.Popen(
+        ["bash", "-c", f"exec {run_line}"], cwd=tmp_path, start_new_session=True, **pipes,
+        env={**env, "MPI_JOB": str(free_job()), checkpoint.SLOW_SAVE_ENV: "1:4"},
+    )  # fmt: skip
+    wait_for(first, lambda: tmp_of(run / "checkpoints", 2), "the save of step 2")
+    os.kill(first.pid, signal.SIGTERM)  # mpirun alone, as a terminal's kill or a scheduler sends it
+    _, stopped = outputs(first, WAIT)
+    assert first.returncode == 143, stopped[-3000:]
+    assert " stopped by SIGTERM at " in stopped, stopped[-3000:]  # the ranks' agreed step
+    env["MPI_JOB"] = str(free_job())  # a new job
+    assert_resumed(["bash", "-c", resume_line], tmp_path, env, run, launched)
+
+
+# --- the JobSet, as Kubernetes reads it -----------------------------------------------------------
+
+
+def jobset() -> dict:
+    page = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
+    return yaml.safe_load(re.search(r"## Kubernetes.*?```yaml\n(.*?)```", page, re.DOTALL)[1])
+
+
+def container_command(container: dict) -> list[str]:
+    """The ``cvae`` command of the container's ``bash -c`` line (after its ``pip install``)."""
+    assert container["command"] == ["bash", "-c"], container["command"]
+    [line] = container["args"]
+    [cvae] = [part for part in line.split("&&") if part.split()[0] == "cvae"]
+    return shlex.split(cvae)[1:]
+
+
+def test_the_jobset_gives_the_run_what_it_needs():
+    """docs/clusters.md's JobSet: pod 0's host name (``NAME-JOB-0-0.NAME``, with the JobSet's
+    DNS host names on) and a port the container opens as the coordinator; as many pods as
+    processes, Indexed, each pod's index as its process id; ``--devices`` counting one device a
+    pod; ``--out`` on a volume every pod mounts, a claim of its own; no pod restarted alone (a
+    process restarted alone cannot join the others); a grace period of its own above Kubernetes's
+    30 s default; and, for the re-run the page describes, the same command with ``--resume`` in
+    place of the training flags, as ``cvae``'s parser reads both."""
+    spec = jobset()
+    assert (spec["apiVersion"], spec["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    name = spec["metadata"]["name"]
+    assert spec["spec"]["network"]["enableDNSHostnames"] is True
+    [workers] = spec["spec"]["replicatedJobs"]
+    assert workers["replicas"] == 1
+    job = workers["template"]["spec"]
+    pod = job["template"]["spec"]
+    assert (job["completionMode"], job["backoffLimit"], pod["restartPolicy"]) == (
+        "Indexed", 0, "Never"
+    )  # fmt: skip
+    assert pod["terminationGracePeriodSeconds"] > 30
+    [container] = pod["containers"]
+    command = container_command(container)
+    args = build_parser().parse_args(command)
+    assert args.command == "train" and args.distributed
+    assert command[command.index("--process-id") + 1] == "$JOB_COMPLETION_INDEX"
+    assert job["parallelism"] == job["completions"] == args.num_processes == args.cfg_devices
+    host, port = args.coordinator.rsplit(":", 1)
+    assert host == f"{name}-{workers['name']}-0-0.{name}"
+    assert int(port) in [p["containerPort"] for p in container["ports"]]
+    [mount] = [m for m in container["volumeMounts"] if args.out.startswith(m["mountPath"] + "/")]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["persistentVolumeClaim"]["claimName"]
+    coordination = ["--distributed", "--coordinator", args.coordinator, "--num-processes"]
+    coordination += [str(args.num_processes), "--process-id", "0"]
+    resumed = build_parser().parse_args(["train", "--resume", args.out, *coordination])
+    assert (resumed.resume, resumed.coordinator) == (args.out, args.coordinator)
