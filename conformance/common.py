@@ -208,7 +208,7 @@ def params():
 
 @pytest.fixture
 def batch():
-    """The suite's batch of seven examples, the fixture beside :func:`params`."""
+    """The suite's batch of 12 examples (seed 7), the fixture beside :func:`params`."""
     return suite_batch(7)
 
 

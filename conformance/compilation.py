@@ -39,7 +39,7 @@ def fully_optimized(*, marked: bool, everything: bool, backend: str) -> bool:
 # kept, the many tiny ones of eager (op-by-op) calls included: the plugin drops JAX's in-memory
 # caches after each module (see its _last_of_their_module), and a first run then reads back from
 # disk what an earlier module compiled instead of compiling it again (1,476 compilations of a
-# passing run become 826).
+# passing run became 826, measured on 2026-12-03, before the optimiser checks ran jitted).
 CACHE_SETTINGS = {
     "jax_compilation_cache_dir": None,  # set to the folder
     "jax_persistent_cache_min_compile_time_secs": 0.0,  # every program, however small

@@ -26,9 +26,10 @@ follow from it, so it is the one to fix first). With
 its checks of later layers are skipped.
 
 Asked, it also points JAX's persistent compilation cache at pytest's cache folder
-(``.pytest_cache/d/cvae_rosetta_jax``) for the session, unless JAX has a cache configured already or
-``--compilation-cache`` says otherwise (a folder, or ``off``): the suite's time is compilation, and
-a repeated run reads back every program that did not change. The previous settings are restored at
+(``.pytest_cache/d/cvae_rosetta_jax``) for the session, unless ``JAX_COMPILATION_CACHE_DIR`` is
+set, pytest's cache is off (``-p no:cacheprovider``) or ``--compilation-cache`` says otherwise (a
+folder, or ``off``): the suite's time is compilation, and a repeated run reads back every program
+that did not change. The previous settings are restored at
 the end of the session. Once the last check of a module of the suite has run, it drops JAX's
 in-memory caches of compiled programs, which otherwise hold most of a run's memory (how the suite
 compiles: :mod:`cvae_rosetta.conformance.compilation`).

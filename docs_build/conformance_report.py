@@ -84,13 +84,22 @@ def suite_checks() -> set[str] | None:
     return found
 
 
-def suite_drift(checks) -> str:
+def reference_checks(report: dict) -> set[str]:
+    """The checks of the suite's own reference a report holds: no rows of the matrix (they take no
+    implementation), kept apart under ``report["reference"]``; reports older than that part have
+    none."""
+    return set((report.get("reference") or {}).get("results") or {})
+
+
+def suite_drift(checks, reference: set[str] = frozenset()) -> str:
     """A sentence naming the suite's checks that a report lacks and the ones it has that the suite
-    no longer has; empty when they agree (or the suite is not here to compare)."""
+    no longer has; empty when they agree (or the suite is not here to compare). ``reference``: the
+    report's checks of the suite's own reference (:func:`reference_checks`), which it does not
+    lack."""
     now = suite_checks()
     if now is None:
         return ""
-    missing, gone = sorted(now - set(checks)), sorted(set(checks) - now)
+    missing, gone = sorted(now - set(checks) - set(reference)), sorted(set(checks) - now)
     out = []
     if missing:
         out.append(
@@ -224,7 +233,7 @@ def conformance_summary(where: str) -> str:
             "Not applicable, neither passed nor failed (a capability the implementation does not "
             "have, or one the run did not: a second device, say): " + "; ".join(na) + "."
         )
-    drift = suite_drift(checks)
+    drift = suite_drift(checks, reference_checks(report))
     if drift:
         sentences.append(drift)
     href = posixpath.relpath(MATRIX.partition("#")[0], posixpath.dirname(where) or ".")
@@ -269,7 +278,7 @@ def conformance_matrix() -> str:
         for i in impls
     ]
     lines.append(table_row(["**all**", *totals]))
-    drift = suite_drift(checks)
+    drift = suite_drift(checks, reference_checks(report))
     if drift:
         lines += ["", drift]
     return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ def jit_overhead() -> str:
     columns: list[str] = []
     cells: dict[tuple[str, str], dict[int, str]] = {}
     sources = []
+    coverage: dict[str, tuple[float, int]] = {}  # backend -> its intervals' confidence and rounds
     for name in BENCH_FILES:
         path = RESULTS / name
         if not path.is_file():
@@ -46,16 +47,23 @@ def jit_overhead() -> str:
                         "vs_fast['step'] ratio"
                     )
                 cells.setdefault((row["impl"], row["path"]), {})[column] = _ratio(entry)
+                if entry.get("confidence") is not None:
+                    coverage.setdefault(backend, (entry["confidence"], entry["rounds"]))
     if not columns:
         raise DocsError(f"no benchmark results in {repo_path(RESULTS)} ({', '.join(BENCH_FILES)})")
     order = list(IMPLEMENTATIONS)
     rows = sorted(cells, key=lambda k: order.index(k[0]) if k[0] in order else len(order))
+    held = " and ".join(
+        f"{confidence:.0%}{' confidence' if n == 0 else ''} with the {backend}'s {rounds} rounds"
+        for n, (backend, (confidence, rounds)) in enumerate(coverage.items())
+    )
     lines = [
         "Time per call of each idiomatic path's step, from a Python loop that calls it, as a "
         "multiple of its own implementation's fast path's, timed in the same rounds (the median, "
-        f"and the {results.CONFIDENCE:.0%} interval over the paired rounds: an interval that holds "
-        "1.00x is noise), at the smallest and the largest batch measured; from "
-        f"{' and '.join(sources)}:",
+        "and the interval over the paired rounds that holds it"
+        + (f": {held}; " if held else ": ")
+        + "an interval that holds 1.00x is noise), at the smallest and the largest batch "
+        f"measured; from {' and '.join(sources)}:",
         "",
         table_row(["idiomatic path", *columns]),
         "|---|" + "---:|" * len(columns),

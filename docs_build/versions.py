@@ -74,7 +74,7 @@ def table(data: dict) -> str:
     (a framework's own environments only have it), or the versions where they differ."""
     envs = data["envs"]
     ends = {
-        "oldest supported (Python 3.11)": [e for e in envs if not e.startswith("newest-")],
+        "oldest JAX (Python 3.11)": [e for e in envs if not e.startswith("newest-")],
         "newest (Python 3.12)": [e for e in envs if e.startswith("newest-")],
     }
     header = ["", *ends]

@@ -156,6 +156,20 @@ def cpu_closest_at_the_largest_batch() -> list[str]:
     return wrong
 
 
+def cpu_within_noise_at_the_two_largest_batches() -> list[str]:
+    """On the CPU, the two largest batch sizes are 256 and 1024 (the page names them), and at
+    both every idiomatic path's interval against its fast path holds 1.0."""
+    two = sizes("CPU")[-2:]
+    if two != ["256", "1024"]:
+        return [f"CPU: the two largest batch sizes are {', '.join(two)}, not 256 and 1024"]
+    return [
+        f"CPU batch {size}: {name(row)} {shown(e)} of its fast path"
+        for size in two
+        for row in idiomatic("CPU", size)
+        if not (e := against_fast("CPU", size, row))["within_noise"]
+    ]
+
+
 def gpu_step_shorter_than_the_cpus() -> list[str]:
     gpu, cpu = sizes("GPU")[-1], sizes("CPU")[-1]
     g, c = pure_jax_step_us("GPU", gpu), pure_jax_step_us("CPU", cpu)
@@ -211,9 +225,9 @@ CLAIMS = [
     ),
     Claim(
         "topics/jit.md",
-        "On the CPU the step takes longer as the batch grows, and the idiomatic paths come closest "
-        "to their fast paths at the largest batch measured.",
-        (cpu_step_grows_with_the_batch, cpu_closest_at_the_largest_batch),
+        "On the CPU the step takes longer as the batch grows, and every idiomatic path comes "
+        "within noise of its fast path at the two largest batches measured (256 and 1024).",
+        (cpu_step_grows_with_the_batch, cpu_within_noise_at_the_two_largest_batches),
     ),
     Claim(
         "topics/jit.md",

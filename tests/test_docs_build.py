@@ -44,7 +44,9 @@ from conformance_report import (  # noqa: E402
     REPORT_ENV,
     conformance_matrix,
     conformance_summary,
+    reference_checks,
     suite_checks,
+    suite_drift,
 )
 from differences import check_words_first, differences, section_differences  # noqa: E402
 from lines_of_code import (  # noqa: E402
@@ -565,6 +567,18 @@ def test_the_conformance_blocks_name_the_checks_a_report_lacks(tmp_path, monkeyp
         assert "`new`: a new thing" in text
 
 
+def test_a_report_does_not_lack_the_reference_checks_it_holds_apart():
+    """The suite's check of its own reference is no row of the matrix: a report that holds it
+    under ``reference`` (as the plugin writes it) is not said to lack it; one without that part
+    is."""
+    name = "test_properties.py::test_reference_gradient_matches_central_differences"
+    report = {"reference": {"results": {name: "passed"}, "summary": {"passed": 1}}}
+    assert reference_checks(report) == {name} and reference_checks({}) == set()
+    rows = suite_checks() - {name}
+    assert suite_drift(rows, reference_checks(report)) == ""
+    assert "`properties`: reference gradient matches central differences" in suite_drift(rows)
+
+
 def test_the_jit_overhead_table_is_made_from_the_results():
     """One row per idiomatic path, one column per backend at its smallest and largest batch, each
     cell the row's ratio to its fast path with its interval, as results.load reads it."""
@@ -580,6 +594,9 @@ def test_the_jit_overhead_table_is_made_from_the_results():
             if row["path"] not in (results.FAST, results.SAME_AS_FAST):
                 e = row["vs_fast"]["step"]
                 assert f"{e['ratio']:.2f}x ({e['low']:.2f}–{e['high']:.2f})" in text, row["path"]
+                # the confidence the rounds give, not the target: 98% of 10 rounds, 94% of 5
+                assert f"{e['confidence']:.0%}" in text
+                assert f"{backend}'s {e['rounds']} rounds" in text
 
 
 def test_the_jit_overhead_table_refuses_a_row_without_its_ratio(tmp_path, monkeypatch):

@@ -67,8 +67,8 @@ def bug(build: Callable[[], Adapter]) -> Adapter:
     impl = build()
     # Every optional field back to its default (extras replaced, not merged): a broken
     # implementation offers no capability beyond the protocol. The reference's would be unbroken
-    # (its other step paths, its ``grads_fn`` for the data-parallel steps) and fail test_training's
-    # paths check or test_parallel for that reason, not for the bug.
+    # (its ``grads_fn`` for the data-parallel steps; it has no other step paths) and fail
+    # test_parallel for that reason, not for the bug.
     optional = {
         f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         for f in dataclasses.fields(Adapter)

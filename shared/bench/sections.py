@@ -176,7 +176,7 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
     why = causes(result, labels)
     same_device = {
         shown: {
-            b: "device time within noise: the difference is in calling the step, not in the step"
+            b: _calling(result, bt, i)
             if device(bt, i) and not differs(device(bt, i))
             else why[shown][b]
             for b, bt in batches_by_size(result)
@@ -196,6 +196,26 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         "",
         *_compared(result, call, labels, note=same_device),
         *_image(images, "step_time", sized),
+    )
+
+
+def _calling(result: dict[str, Any], batch: dict[str, Any], impl: str) -> str:
+    """Why a per-call ratio differs from 1 where the device time does not: the cost of calling
+    the step (the empty step's) where it goes the same way and makes up at least half of the
+    difference of the medians, else neither the step nor calling it."""
+    own, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
+    empty, base = own.get("empty_step_us"), ref.get("empty_step_us")
+    if not (empty and base):
+        return "device time within noise: not a difference of the compiled step"
+    costs = f"an empty step {number(empty['median'])} µs against {number(base['median'])} µs"
+    gap = own["step_us"]["median"] - ref["step_us"]["median"]
+    extra = empty["median"] - base["median"]
+    if gap * extra > 0 and abs(extra) >= abs(gap) / 2:
+        return f"device time within noise, {costs}: the difference is in calling the step"
+    machine = " on a loaded machine" if loaded(result) else ""
+    return (
+        f"device time within noise and {costs}: the rounds' variation{machine}, not a difference "
+        "of the step or of calling it"
     )
 
 
@@ -486,7 +506,35 @@ def _techniques(result: dict[str, Any], h: str) -> list[str]:
             rows,
             "lrrrrrr",
         ),
+        *_techniques_phase(result, parts),
     )
+
+
+def _techniques_phase(result: dict[str, Any], parts: list[dict[str, Any]]) -> list[str]:
+    """Where the fast path's own times in the techniques' table differ from the main tables':
+    the two were timed in different phases of the run."""
+    sizes = dict(batches_by_size(result))
+    pairs = []
+    for part in parts:
+        fast = next((r for r in part["rows"] if r["technique"] == FAST), None)
+        batch = sizes.get(part["batch_size"])
+        if not (fast and batch):
+            continue
+        call, device = fast_row(batch, REFERENCE)["step_us"]["median"], _device_us(batch)
+        if device is None:
+            continue
+        pairs.append(
+            f"at batch {part['batch_size']}, {number(fast['step_us']['median'])} µs per call and "
+            f"{number(fast['scan_us']['median'])} µs of device time here against {number(call)} µs "
+            f"and {number(device)} µs in the run's main tables"
+        )
+    if not pairs:
+        return []
+    return [
+        "These rows were timed in a phase of the run of their own, after the others: the fast "
+        "path's times here differ from the main tables' for the same step by the machine's "
+        f"variation between phases ({'; '.join(pairs)}).\n"
+    ]
 
 
 def _precision(result: dict[str, Any], h: str) -> list[str]:
@@ -624,7 +672,32 @@ def _checklist(result: dict[str, Any]) -> list[str]:
     if none:
         said = "; ".join(words[0].lower() + words[1:] for words in none)
         lines += ["", f"No gain per call beyond noise at the batch sizes measured: {said}."]
+        inside = _device_costs(result)
+        if costs := [inside[words] for words in none if words in inside]:
+            said = "; ".join(costs)
+            lines[-1] += f" Within noise per call, but not in the compiled step: {said}."
     return [*lines, ""]
+
+
+def _device_costs(result: dict[str, Any]) -> dict[str, str]:
+    """For each advised form (:data:`ADVICE`), what the other way cost beyond noise as one
+    compiled step (device time, and the bytes it moved against the fast path's), at the batch
+    size where it cost most: ``words -> text``."""
+    worst: dict[str, tuple[float, str]] = {}
+    for part in result.get("techniques") or []:
+        fast = next((r for r in part["rows"] if r["technique"] == FAST), None)
+        for r in part["rows"]:
+            words, fast_is_advised = ADVICE.get(r["technique"], ("", False))
+            device = r["vs_fast"].get("scan_us")
+            if not (fast_is_advised and device and differs(device) and device["ratio"] > 1):
+                continue
+            said = f"`{r['technique']}` {ratio(device)} device time"
+            if fast and fast.get("bytes_accessed") and r.get("bytes_accessed"):
+                moved = (megabytes(r["bytes_accessed"]), megabytes(fast["bytes_accessed"]))
+                said += f", {moved[0]} moved against {moved[1]}"
+            if device["ratio"] > worst.get(words, (0.0, ""))[0]:
+                worst[words] = (device["ratio"], f"{said} at batch {part['batch_size']}")
+    return {words: text for words, (_, text) in worst.items()}
 
 
 def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
