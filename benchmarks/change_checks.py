@@ -257,8 +257,9 @@ def check_kl_warmup(impl) -> str:
             f"step {t + 1}'s loss {m['loss']:.7g}, expected recon + beta * {t}/{WARMUP_STEPS} * kl"
             f" = {want:.7g}"
         )
-    _grads_agree(impl, impl.from_canonical(params, CONFIG), batch, key, steps[0][1])
-    ref, want = _spec_update(params, batch, key, beta=0.0)
+    first = jax.random.fold_in(key, 0)  # the first step's key (_steps)
+    _grads_agree(impl, impl.from_canonical(params, CONFIG), batch, first, steps[0][1])
+    ref, want = _spec_update(params, batch, first, beta=0.0)
     moved = jax.tree.map(lambda a, b: a - b, _canonical(impl, steps[0][0]), start)
     masks = _reliable(ref)
     for part in ("encoder", "latent", "decoder"):

@@ -10,7 +10,7 @@ A patch is ``benchmarks/changes/CHANGE/IMPL.patch``, a unified diff against the 
 paths (``impls/flax_nnx.py``, ``shared/spec/protocol.py``): what a researcher would write in the
 style, as its framework's documentation writes it. ``run`` applies each one to a copy of
 ``shared/``, ``impls/`` and ``conformance/`` laid out as the installed package, and checks the
-patched implementation in a process of its own (the copy first on ``sys.path``): it trains a few
+patched implementation in a process of its own (the copy first on the import path): it trains a few
 steps and the changed behaviour is tested against the float64 reference computed the changed way
 (:data:`CHANGES` says what each check holds). It counts, from the patch, the lines added and
 removed and the places touched: the files, and the functions and classes whose lines changed
@@ -58,15 +58,19 @@ CHANGES_DIR = ROOT / "benchmarks" / "changes"
 RESULT = ROOT / "benchmarks" / "results" / "change_cost.json"
 EDITS = ROOT / "build" / "changes"  # ``edit``'s copies (build/ is not committed)
 PACKAGE_DIRS = ("shared", "impls", "conformance")  # what a patch may touch, as the repo lays it out
-IMPLS = ("pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox", "keras")
-MODULES = {  # the implementation's module in the package, by name
-    "pure_jax": "pure_jax",
-    "flax_linen": "flax_linen",
-    "flax_nnx": "flax_nnx",
-    "haiku": "haiku_impl",
-    "equinox": "equinox_impl",
-    "keras": "keras_impl",
-}
+
+
+def builtins() -> dict[str, str]:
+    """The built-in implementations in the project's order, each to its module's name in
+    ``impls/``, read from the entry points (as the project reads them)."""
+    from cvae_rosetta.spec import registry
+
+    return {
+        i.name: i.target.partition(":")[0].rsplit(".", 1)[-1] for i in registry.known() if i.builtin
+    }
+
+
+IMPLS = tuple(builtins())
 SCHEMA = "cvae-change-cost/1"
 CHECK_TIMEOUT = 600  # seconds a patched implementation's check may take
 
@@ -175,7 +179,7 @@ def git_apply(patch: Path, repo: Path, *, check: bool = False) -> str | None:
 
 def as_package(repo: Path, into: Path) -> Path:
     """``repo`` laid out as the installed package (``shared/`` is ``cvae_rosetta``, ``impls/`` its
-    ``impls``, ``conformance/`` its ``conformance``): the folder to put first on ``sys.path``."""
+    ``impls``, ``conformance/`` its ``conformance``): the folder to put first on the import path."""
     package = into / "site" / "cvae_rosetta"
     shutil.copytree(repo / "shared", package)
     shutil.copytree(repo / "impls", package / "impls")
@@ -346,6 +350,7 @@ def edit(change: str, impl: str) -> Path:
     where = EDITS / change / impl
     if where.exists():
         shutil.rmtree(where)
+    copy_tree(where / "base")  # the tree the patch is made against, kept as it is for ``save``
     repo = copy_tree(where)
     patch = patch_path(change, impl)
     if patch.exists() and (refused := git_apply(patch, repo)):
@@ -354,12 +359,14 @@ def edit(change: str, impl: str) -> Path:
 
 
 def save(change: str, impl: str) -> Path:
-    """The difference between ``edit``'s copy and the repository, as the patch (file by file, the
-    repository's paths, three lines of context)."""
+    """The difference between ``edit``'s copy and the tree it was copied from, as the patch (file
+    by file, the repository's paths, three lines of context)."""
     repo = EDITS / change / impl / "repo"
+    base = EDITS / change / impl / "base" / "repo"
+    base = base if base.is_dir() else ROOT
     chunks = []
     for name in PACKAGE_DIRS:
-        ours = {p.relative_to(ROOT): p for p in (ROOT / name).rglob("*.py")}
+        ours = {p.relative_to(base): p for p in (base / name).rglob("*.py")}
         theirs = {p.relative_to(repo): p for p in (repo / name).rglob("*.py")}
         for rel in sorted(set(ours) | set(theirs)):
             old = ours[rel].read_text().splitlines(keepends=True) if rel in ours else []
@@ -385,7 +392,7 @@ def _check(change: str, impl_name: str) -> str:
     assert str(Path(cvae_rosetta.__file__).parent).endswith("site/cvae_rosetta"), (
         f"the patched package is not the one imported: {cvae_rosetta.__file__}"
     )
-    module = importlib.import_module(f"cvae_rosetta.impls.{MODULES[impl_name]}")
+    module = importlib.import_module(f"cvae_rosetta.impls.{builtins()[impl_name]}")
     from change_checks import CHECKS  # benchmarks/change_checks.py, beside this file
 
     return CHECKS[change](module.implementation)

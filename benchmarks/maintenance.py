@@ -77,6 +77,7 @@ def record(name: str, data: dict) -> dict:
         "distribution": name,
         "releases": releases,
         "statements": statements(name, data["info"].get("description") or ""),
+        "searched": bool(STATEMENTS.get(name)),
         "source": f"https://pypi.org/project/{name}/{latest}/",
     }
 

@@ -26,6 +26,8 @@ from cvae_rosetta.bench import report
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = (("bench_cpu.json", "bench_"), ("bench_gpu.json", "bench_gpu_"))
 MAINTENANCE = "maintenance.json"  # benchmarks/maintenance.py: the decision table's release history
+# change_cost.json, version_matrix.json, concepts.json (benchmarks/change_cost.py,
+# version_matrix.py, concepts.py): the decision's evidence beyond speed, and their tables
 STUDIES = (
     ("suite_cost_cpu.json", suite_cost),
     ("faults_cpu.json", fault_report),
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sources = [(args.results / name, prefix) for name, prefix in BENCH]
     written = report.render_docs(
-        [s for s in sources if s[0].is_file()], args.docs, args.results / MAINTENANCE
+        [s for s in sources if s[0].is_file()],
+        args.docs,
+        args.results / MAINTENANCE,
+        {name: args.results / f"{name}.json" for name in report.EVIDENCE_TABLES},
     )
     for name, study in STUDIES:
         if (args.results / name).is_file():

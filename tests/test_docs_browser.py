@@ -798,6 +798,45 @@ def test_the_choosing_page_opens_on_the_decision_and_fits_the_screen(browser, ba
     assert not layout["problems"], layout["problems"]
 
 
+# Each decision row at a phone's width: the card's top, the bottom of its need, its choice and the
+# first piece of its evidence (up to the first line break), and how far it reaches sideways.
+CARDS = r"""() => [...document.querySelectorAll('.decision tbody tr')].map(tr => {
+  const [need, use, evidence] = tr.children;
+  const first = document.createRange();
+  first.setStart(evidence, 0);
+  const br = evidence.querySelector('br');
+  if (br) first.setEndBefore(br); else first.setEnd(evidence, evidence.childNodes.length);
+  const root = document.documentElement, box = tr.getBoundingClientRect();
+  return {need: need.textContent.trim(), top: box.top, right: box.right, view: root.clientWidth,
+          bottom: Math.max(use.getBoundingClientRect().bottom,
+                           first.getBoundingClientRect().bottom),
+          pageOverflow: root.scrollWidth - root.clientWidth};
+})"""
+
+
+@pytest.mark.skipif(CHOOSING not in PAGES, reason="no choosing page in the built site")
+def test_each_decision_row_reads_as_a_card_on_a_phone(browser, base_url):
+    """At 390 x 844 px every row of the decision table is a card whose need, choice and first
+    piece of evidence fit one screen, and nothing reaches past the window's width."""
+    problems: list[str] = []
+    page = new_page(browser, base_url, PHONE, problems)
+    page.goto(base_url + url_path(CHOOSING), wait_until="load")
+    cards = page.evaluate(CARDS)
+    page.close()
+    assert len(cards) >= 8, cards
+    failures = [
+        f"{c['need']}: need, choice and first evidence take {c['bottom'] - c['top']:.0f} px"
+        for c in cards
+        if c["bottom"] - c["top"] > PHONE_HEIGHT
+    ]
+    failures += [f"{c['need']}: reaches {c['right']:.0f} px of {c['view']}" for c in cards
+                 if c["right"] > c["view"] + 0.5]  # fmt: skip
+    if cards and cards[0]["pageOverflow"] > 0:
+        failures.append(f"the page is {cards[0]['pageOverflow']} px wider than the window")
+    assert not failures, "\n".join(failures)
+    assert not problems, problems
+
+
 @pytest.mark.skipif(PERFORMANCE not in PAGES, reason="no performance page in the built site")
 def test_no_table_on_the_performance_page_scrolls_sideways(browser, base_url):
     """At 1440 x 900 px every table of the performance page fits its text column (the

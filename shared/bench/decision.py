@@ -7,10 +7,10 @@ caveat.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from cvae_rosetta.bench import evidence
 from cvae_rosetta.bench.causes import cause, programs
 from cvae_rosetta.bench.markdown import (
     backend_name,
@@ -33,37 +33,14 @@ from cvae_rosetta.bench.results import (
 from cvae_rosetta.spec import registry
 
 DECISION_BEGIN, DECISION_END = "<!-- decision:begin -->", "<!-- decision:end -->"
-# The choosing page's decision table, one row per need a reader arrives with: the style (None: the
-# one the results name, or any), what is measured for it (the device time against pure JAX and
-# the path whose cost matters for that need; the compile time; the GPU's largest batch; data
-# parallelism), and the caveat. The figures and the maintenance evidence are generated.
+# The choosing page's decision table, one row per need a reader arrives with: the evidence that
+# answers the need (its kind), the style (None: the one that evidence chooses; a fixed style for a
+# need that names one), the wrapper whose cost per call matters for it, and what to mind (None:
+# the chosen style's own, from STYLE_MIND). Speed is said where it differs beyond noise.
 NEEDS = (
-    (
-        "Learning JAX, or teaching it",
-        "pure_jax",
-        "device",
-        None,
-        "You write the layers, the initialisation and the state's bookkeeping yourself: every "
-        "line of the model is on the page.",
-    ),
-    (
-        "Research code that changes every day",
-        "equinox",
-        "compile",
-        "eqx.filter_jit",
-        "Objects that are pytrees, so every JAX transformation applies as it is; per-example "
-        "layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the state for "
-        "low-overhead loops.",
-    ),
-    (
-        "A production model maintained for years",
-        "flax_nnx",
-        "device",
-        "nnx.jit in place",
-        "Objects with PyTorch habits, the API flax's own description presents; flax is still "
-        "0.x, so pin a minor version. Split once and step with `jax.jit` in hot loops, as "
-        "`impls/flax_nnx.py` does: `nnx.jit` walks the object graph on every call.",
-    ),
+    ("Learning JAX, or teaching it", None, "learn", None, None),
+    ("Research code that changes every day", None, "change", None, None),
+    ("A production model maintained for years", None, "versions", None, None),
     (
         "Large batches on one GPU",
         None,
@@ -107,25 +84,61 @@ NEEDS = (
         "Keep it, pinned with the JAX range Haiku is tested with; not for new code.",
     ),
 )
-# The styles a row that the results choose (the GPU's) names only for code that already uses them,
-# as their own rows advise: Haiku, not for new code.
-EXISTING_CODE_ONLY = ("haiku",)
+# What to mind with a style a row's evidence chose (never Haiku: EXISTING_CODE_ONLY).
+STYLE_MIND = {
+    "pure_jax": "You write the layers, the initialisation and the state's bookkeeping yourself: "
+    "every line of the model is on the page.",
+    "flax_linen": "Modules declared once and applied to parameters kept apart; flax's description "
+    "presents NNX, so expect its documentation to lead there.",
+    "flax_nnx": "Objects with PyTorch habits, the API flax's own description presents; flax is "
+    "still 0.x, so pin a minor version. Split once and step with `jax.jit` in hot loops, as "
+    "`impls/flax_nnx.py` does: `nnx.jit` walks the object graph on every call.",
+    "equinox": "Objects that are pytrees, so every JAX transformation applies as it is; "
+    "per-example layers (`jax.vmap` over the batch) and `[out, in]` kernels; flatten the state "
+    "for low-overhead loops.",
+    "keras": "Jit the step yourself with `stateless_call` and `stateless_apply`; this "
+    "implementation runs on Keras's JAX backend only.",
+}
+# What each evidence-chosen row falls back to where its record is missing.
+DEFAULT_STYLE = {"learn": "pure_jax", "change": "equinox", "versions": "flax_nnx"}
+CHOOSERS = {
+    "learn": ("concepts", evidence.fewest_names),
+    "change": ("change_cost", evidence.least_change),
+    "versions": ("version_matrix", evidence.longest_working),
+}
+EXISTING_CODE_ONLY = evidence.EXISTING_CODE_ONLY
 
 
-def decision(results: Sequence[dict[str, Any]], maintenance: dict | None = None) -> str:
-    """The choosing page's table: for each need, the style, what the results say, how its
-    framework is maintained (``maintenance``: ``benchmarks/results/maintenance.json``), the
-    caveat."""
+def decision(
+    results: Sequence[dict[str, Any]],
+    maintenance: dict | None = None,
+    records: dict[str, dict | None] | None = None,
+) -> str:
+    """The choosing page's table: for each need, the style, the evidence that answers the need
+    (``records``: the change-cost, version-matrix and concepts records, by those names) and the
+    speed where it differs beyond noise, how its framework is maintained (``maintenance``:
+    ``benchmarks/results/maintenance.json``), what to mind."""
+    records = records or {}
+    same = same_program_everywhere(results)
     rows = []
     for need, impl, kind, wrapper, caveat in NEEDS:
-        use = impl_label(impl) if impl else _use(results, kind)
-        if kind == "gpu":
-            reasons = [_gpu_reason(r) for r in results if backend_name(r) != "CPU"]
+        reasons: list[str] = []
+        if kind in CHOOSERS:
+            name, choose = CHOOSERS[kind]
+            chosen, said = choose(records.get(name))
+            impl = chosen[0] if chosen else DEFAULT_STYLE[kind]
+            use = " or ".join(impl_label(i) for i in chosen or [impl])
+            reasons = [said, *(_speed_apart(r, impl, same) for r in results)]
+            caveat = STYLE_MIND[impl]
+        elif kind == "gpu":
+            reasons = [_gpu_reason(r, same) for r in results if backend_name(r) != "CPU"]
             reasons = reasons or ["**GPU**: no GPU run in the results: not measured"]
         elif kind == "parallel":
             reasons = [_parallel_reason(r) for r in results]
         else:
-            reasons = [_reason(r, impl, wrapper, kind == "compile") for r in results]
+            reasons = [_reason(r, impl, wrapper, same) for r in results]
+        if kind not in CHOOSERS:
+            use = impl_label(impl) if impl else _use(results, kind, same)
         kept = impl or REFERENCE  # the GPU and data-parallel rows: JAX's own record
         rows.append(
             [
@@ -136,19 +149,54 @@ def decision(results: Sequence[dict[str, Any]], maintenance: dict | None = None)
                 caveat,
             ]
         )
-    header = ["if you need", "use", "measured (per step, against pure JAX)", "maintained", "mind"]
+    header = ["if you need", "use", "evidence (speed: per step, against pure JAX)", "maintained",
+              "mind"]  # fmt: skip
     sources = "; ".join(f"{backend_name(r)}: {provenance(r)}" for r in results)
-    note = f"\nMeasured on {sources} ([performance](performance.md)). ≈: within noise.\n"
+    note = f"\nSpeed measured on {sources} ([performance](performance.md)). ≈: within noise.\n"
     if maintenance:
         note += (
             f"\nMaintained: the final releases on {maintenance['registry']} as of "
             f"{maintenance['fetched']} (`benchmarks/maintenance.py`), and what the project's own "
-            "description there says of its state, quoted.\n"
+            "description there says of its state, quoted where it was searched.\n"
         )
     why = [f"{backend_name(r)}: {groups}" for r in results if (groups := programs(r))]
     if why:
         note += f"\nWhy the styles differ, from their compiled programs. {' '.join(why)}\n"
-    return markdown_table(header, rows) + note
+    return (
+        '<div class="decision" markdown>\n\n' + markdown_table(header, rows) + "\n</div>\n" + note
+    )
+
+
+def same_program_everywhere(results: Sequence[dict[str, Any]]) -> set[str]:
+    """The styles whose fast path compiled to pure JAX's very program (equal fingerprints) at every
+    batch size of every run that recorded fingerprints: on a machine without fingerprints, a
+    ratio of theirs beyond noise with the same counts as pure JAX's is the machine's, not the
+    step's."""
+    same: set[str] | None = None
+    for result in results:
+        for _, batch in batches_by_size(result):
+            ref = (fast_row(batch, REFERENCE).get("hlo") or {}).get("fingerprint")
+            if not ref:
+                continue
+            here = {
+                i for i in impls_measured(result)
+                if (fast_row(batch, i).get("hlo") or {}).get("fingerprint") == ref
+            }  # fmt: skip
+            same = here if same is None else same & here
+    return (same or set()) - {REFERENCE}
+
+
+def _variation(result: dict[str, Any], batch: dict[str, Any], impl: str, same: set[str]) -> bool:
+    """``impl``'s difference at ``batch`` is the machine's: its program is pure JAX's on the
+    machines that fingerprint it, and here it has the same counts (no fingerprint recorded)."""
+    model = result["settings"]["model"]
+    return impl in same and cause(batch, impl, model).startswith("the same counts")
+
+
+VARIATION = (
+    "the same program as pure JAX's where fingerprinted, the same counts here: the "
+    "machine's variation between rounds, not a difference of the step"
+)
 
 
 def _largest(result: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, dict]]:
@@ -162,25 +210,31 @@ def _largest(result: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, dic
     return b, batch, {i: e for i, e in device.items() if e}
 
 
-def _fastest(result: dict[str, Any]) -> list[str]:
+def _apart(result: dict[str, Any], batch: dict[str, Any], impl: str, e, same: set[str]) -> bool:
+    """A difference of the step: beyond noise, and not the machine's (:func:`_variation`)."""
+    return differs(e) and not _variation(result, batch, impl, same)
+
+
+def _fastest(result: dict[str, Any], same: set[str]) -> list[str]:
     """The styles whose device time at the largest batch is not beaten beyond noise: pure JAX and
-    those within noise of it, unless one is faster beyond noise (then those below 1.0)."""
-    _, _, device = _largest(result)
-    faster = [i for i, e in device.items() if differs(e) and e["ratio"] < 1]
-    return faster or [i for i, e in device.items() if not differs(e)]
+    those within noise of it (or whose difference is the machine's), unless one is faster beyond
+    noise (then those below 1.0)."""
+    _, batch, device = _largest(result)
+    faster = [i for i, e in device.items() if _apart(result, batch, i, e, same) and e["ratio"] < 1]
+    return faster or [i for i, e in device.items() if not _apart(result, batch, i, e, same)]
 
 
-def _use(results: Sequence[dict[str, Any]], kind: str) -> str:
+def _use(results: Sequence[dict[str, Any]], kind: str, same: set[str]) -> str:
     gpu = [r for r in results if backend_name(r) != "CPU"]
     if kind == "gpu" and gpu:
-        return _gpu_use(gpu[0])
+        return _gpu_use(gpu[0], same)
     return "any of the six" if kind == "parallel" else "not measured"
 
 
-def _gpu_use(result: dict[str, Any]) -> str:
+def _gpu_use(result: dict[str, Any], same: set[str]) -> str:
     """The fastest styles at the GPU's largest batch (:func:`_fastest`), those for existing code
     only said so, and every other measured style with its ratio: none is left out unsaid."""
-    fastest = _fastest(result)
+    fastest = _fastest(result, same)
     new = [impl_label(i) for i in fastest if i not in EXISTING_CODE_ONLY]
     old = [impl_label(i) for i in fastest if i in EXISTING_CODE_ONLY]
     _, _, device = _largest(result)
@@ -201,18 +255,23 @@ def _or(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _gpu_reason(result: dict[str, Any]) -> str:
+def _gpu_reason(result: dict[str, Any], same: set[str]) -> str:
     b, batch, device = _largest(result)
     model = result["settings"]["model"]
     apart = [
         f"{impl_label(i)} {ratio(e)} ({cause(batch, i, model)})"
         for i, e in device.items()
-        if differs(e)
+        if _apart(result, batch, i, e, same)
     ]
-    same = [impl_label(i) for i, e in device.items() if not differs(e)]
+    machine = [
+        f"{impl_label(i)} {ratio(e)} ({VARIATION})"
+        for i, e in device.items()
+        if differs(e) and _variation(result, batch, i, same)
+    ]
+    within = [impl_label(i) for i, e in device.items() if not differs(e)]
     missing = [impl_label(i.name) for i in registry.known() if i.builtin and i.name not in device]
-    text = f"**{backend_name(result)}**, device time at batch {b:,}: {listed(same)} within noise"
-    text += ("; " + "; ".join(apart)) if apart else ""
+    text = f"**{backend_name(result)}**, device time at batch {b:,}: {listed(within)} within noise"
+    text += ("; " + "; ".join(machine + apart)) if machine or apart else ""
     text += f"; {listed(missing)} not measured" if missing else ""
     return text + f" ({_rounds(result)})"
 
@@ -250,7 +309,9 @@ def _parallel_reason(result: dict[str, Any]) -> str:
 
 
 def _maintained(impl: str, maintenance: dict | None) -> str:
-    """Release history and the maintainers' own words for ``impl``'s distribution, with source."""
+    """Release history and the maintainers' own words for ``impl``'s distribution, each with its
+    source; "not searched" where its description was not searched for a statement of its state
+    (``benchmarks/maintenance.py``'s ``STATEMENTS`` names what it looks for)."""
     found = registry.info(impl)
     name = found.about.distribution if found else impl
     record = (maintenance or {}).get("distributions", {}).get(name)
@@ -262,16 +323,19 @@ def _maintained(impl: str, maintenance: dict | None) -> str:
     recent = [r for r in releases if r["date"] > year]
     latest, first = releases[-1], releases[0]
     text = (
-        f"{name}: {len(recent)} release{'' if len(recent) == 1 else 's'} in the year to "
-        f"{fetched}, the latest {latest['version']} "
-        f"({latest['date']}); {len(releases)} since {first['version']} ({first['date']})"
+        f"[{name}: {len(recent)} release{'' if len(recent) == 1 else 's'} in the year to "
+        f"{fetched}, the latest {latest['version']} ({latest['date']}); {len(releases)} since "
+        f"{first['version']} ({first['date']})]({record['source']}#history)"
     )
     said = " ".join(f"“{s}”" for s in record["statements"])
-    words = f"its description: {said}" if said else "its description says nothing of its state"
-    return f"{text}. [{words}]({record['source']})" if said else f"{text}; {words}"
+    if said:
+        return f"{text}. [Its description: {said}]({record['source']})"
+    if record.get("searched"):
+        return f"{text}; its description, searched, says nothing of its state"
+    return f"{text}; its state in its maintainers' words: not searched"
 
 
-def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: bool = False) -> str:
+def _reason(result: dict[str, Any], impl: str, wrapper: str | None, same: set[str]) -> str:
     batches = batches_by_size(result)
     name = backend_name(result)
     sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
@@ -289,11 +353,15 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: boo
     ]
     if all(e is None for _, e in device):
         return f"**{name}**: not measured in this run"
-    apart = [(b, e) for b, e in device if differs(e)]
     model, at = result["settings"]["model"], dict(batches)
+    apart = [(b, e) for b, e in device if differs(e)]
     measured = [b for b, e in device if e is not None]
+
+    def why(b: int) -> str:
+        return VARIATION if _variation(result, at[b], impl, same) else cause(at[b], impl, model)
+
     text = f"**{name}**, device time: " + (
-        "; ".join(f"{ratio(e)} at batch {b} ({cause(at[b], impl, model)})" for b, e in apart)
+        "; ".join(f"{ratio(e)} at batch {b} ({why(b)})" for b, e in apart)
         + ("; within noise at the others" if len(apart) < len(measured) else "")
         if apart
         else f"within noise of pure JAX at every batch size ({sizes})"
@@ -307,23 +375,27 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None, compile: boo
             f"; `{wrapper}` per call, against the fast path: "
             f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
         )
-    if compile and (seconds := _to_compiled(batches, impl)):
-        text += (
-            f"; from the step's code to its compiled program (trace, lower, compile; median over "
-            f"the batch sizes): {seconds[0]:.2f} s against pure JAX's {seconds[1]:.2f} s"
-        )
     return text
 
 
-def _to_compiled(batches: list, impl: str) -> tuple[float, float] | None:
-    def median(name: str) -> float | None:
-        rows = [path_row(bt, name) for _, bt in batches]
-        times = [
-            sum(r[t] for t in ("trace_s", "lower_s", "compile_s"))
-            for r in rows
-            if r and all(r.get(t) is not None for t in ("trace_s", "lower_s", "compile_s"))
-        ]
-        return statistics.median(times) if times else None
-
-    mine, ref = median(impl), median(REFERENCE)
-    return (mine, ref) if mine is not None and ref is not None else None
+def _speed_apart(result: dict[str, Any], impl: str, same: set[str]) -> str:
+    """``impl``'s device time against pure JAX where it differs beyond noise (and not by the
+    machine's variation), for a row whose evidence is not speed; empty where it never does."""
+    if impl == REFERENCE:
+        return ""
+    batches = batches_by_size(result)
+    model = result["settings"]["model"]
+    apart = [
+        (b, e)
+        for b, bt in batches
+        if (e := (scan_row(bt, impl) or {}).get("vs_pure_jax", {}).get("step")) is not None
+        and _apart(result, bt, impl, e, same)
+    ]
+    if not apart:
+        return ""
+    at = dict(batches)
+    return (
+        f"**{backend_name(result)} speed**, device time: "
+        + "; ".join(f"{ratio(e)} at batch {b} ({cause(at[b], impl, model)})" for b, e in apart)
+        + "; within noise at the others"
+    )

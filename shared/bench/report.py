@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta.bench import evidence
 from cvae_rosetta.bench.decision import DECISION_BEGIN, DECISION_END, decision
 from cvae_rosetta.bench.markdown import (
     backend_name,
@@ -89,12 +90,25 @@ def terminal_summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The choosing page's tables of evidence beyond speed, by record name.
+EVIDENCE_TABLES = {
+    "change_cost": evidence.change_table,
+    "version_matrix": evidence.versions_table,
+    "concepts": evidence.concepts_table,
+}
+
+
 def render_docs(
-    sources: Sequence[tuple[Path, str]], docs: Path, maintenance: Path | None = None
+    sources: Sequence[tuple[Path, str]],
+    docs: Path,
+    maintenance: Path | None = None,
+    records: dict[str, Path] | None = None,
 ) -> list[Path]:
     """``docs/performance.md``, its plots and the decision table of ``docs/choosing.md`` from
     result files ``(path, plot prefix)`` (from :func:`cvae_rosetta.bench.results.load`), and the
-    maintenance record ``maintenance`` (``benchmarks/maintenance.py``'s file) where there is one."""
+    maintenance record ``maintenance`` (``benchmarks/maintenance.py``'s file) where there is one;
+    ``records``: the change-cost, version-matrix and concepts records (by those names), whose
+    tables go into ``docs/choosing.md`` beside the decision that reads them."""
     parts = []
     for path, prefix in sources:
         result = load(path)
@@ -102,7 +116,16 @@ def render_docs(
         parts.append((f"benchmarks/results/{path.name}", result, images))
     write_text(docs / "performance.md", performance_page(parts))
     record = json.loads(maintenance.read_text()) if maintenance and maintenance.is_file() else None
-    table = decision([result for _, result, _ in parts], record).rstrip()
+    loaded = {
+        name: json.loads(path.read_text()) if path.is_file() else None
+        for name, path in (records or {}).items()
+    }
+    table = decision([result for _, result, _ in parts], record, loaded).rstrip()
     write_between_markers(docs / "choosing.md", DECISION_BEGIN, DECISION_END, table)
+    for name in loaded:  # only the records asked for
+        render = EVIDENCE_TABLES[name]
+        text = render(loaded[name]) if loaded[name] else f"Not measured: no `{name}.json`."
+        begin, end = f"<!-- evidence:{name}:begin -->", f"<!-- evidence:{name}:end -->"
+        write_between_markers(docs / "choosing.md", begin, end, text.rstrip())
     write_fast_step([result for _, result, _ in parts], docs / FAST_STEP_FILE)
     return [docs / "performance.md", docs / FAST_STEP_FILE, docs / "choosing.md"]
