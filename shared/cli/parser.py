@@ -390,8 +390,9 @@ def _add_bench_command(sub: Any) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="about a minute and a half on two cores: batch sizes 8,256, 5 rounds, fewer steps, pure JAX only in the "
-        "data-parallel cases, no bfloat16, no step variants (flags given explicitly still apply)",
+        help="about a minute and a half on two cores: batch sizes 8,256, 5 rounds, fewer steps, "
+        "pure JAX only in the data-parallel cases, no bfloat16, no step variants (flags given "
+        "explicitly still apply)",
     )
     default = Settings()
     for name, metavar, text in (
