@@ -22,6 +22,16 @@ SAME_PROGRAM = (
 )
 
 
+# What a fast path's optimized HLO is compared by, and its words: its fusions, the library calls
+# among them (a matmul handed to cuBLAS or oneDNN), its copies and its transposes.
+COUNTED = {
+    "fusions": "fusions",
+    "library_fusions": "library calls",
+    "copies": "copies",
+    "transposes": "transposes",
+}
+
+
 def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
     paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, copies,
@@ -31,9 +41,7 @@ def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     if a.get("fingerprint") and a.get("fingerprint") == b.get("fingerprint"):
         return SAME_PROGRAM
     parts = [
-        f"{a[k]} {k} against {b[k]}"
-        for k in ("fusions", "copies", "transposes")
-        if k in a and k in b and a[k] != b[k]
+        f"{a[k]} {COUNTED[k]} against {b[k]}" for k in COUNTED if k in a and k in b and a[k] != b[k]
     ]
     x, y = mine.get("bytes_accessed"), ref.get("bytes_accessed")
     if x and y and abs(x - y) > 0.005 * y:
@@ -45,7 +53,10 @@ def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     if parts:
         return "its compiled program: " + ", ".join(parts)
     if not a.get("fingerprint"):  # a run of the harness before fingerprints
-        return "the same counts of fusions, copies and transposes as pure JAX's; no fingerprint"
+        return (
+            "the same counts of fusions, library calls, copies and transposes as pure JAX's; no "
+            "fingerprint"
+        )
     return "its compiled program: the same counts as pure JAX's, other instructions"
 
 

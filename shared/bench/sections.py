@@ -331,8 +331,7 @@ def _compile(result: dict[str, Any], h: str) -> list[str]:
             "the order of the paths rotating from batch size to batch size so that none always "
             "compiles first"
             if "technique_batches" in result["settings"]
-            else "pure JAX first at every batch size (this run's harness did not rotate the order: "
-            "pure JAX's slowest compile may hold the process's first-compile costs)"
+            else "pure JAX first at every batch size (this run's harness did not rotate the order)"
         )
         + "; a wrapper's first call, split by JAX's own compile events.",
         markdown_table(["path", "trace", "lower", "compile", "first call"], rows, "lrrrr"),
