@@ -18,7 +18,13 @@ import numpy as np
 from change_cost import DECODER_RATE, WARMUP_STEPS
 
 from cvae_rosetta.conformance import reference
-from cvae_rosetta.conformance.common import make_batch, reference_params, spec_noise, spec_step
+from cvae_rosetta.conformance.common import (
+    at_path,
+    make_batch,
+    reference_params,
+    spec_noise,
+    spec_step,
+)
 from cvae_rosetta.spec.config import Config, LossConfig, ModelConfig
 
 MODEL = ModelConfig(
@@ -182,18 +188,12 @@ def _reliable(ref) -> dict:
 def _moved_as(got: dict, want: dict, masks: dict, part: str, factor: float) -> None:
     lr = CONFIG.optim.learning_rate
     for path, mask in jax.tree_util.tree_leaves_with_path(masks[part]):
-        g = np.asarray(_at(got[part], path))[mask]
-        w = factor * np.asarray(_at(want[part], path))[mask]
+        g = np.asarray(at_path(got[part], path))[mask]
+        w = factor * np.asarray(at_path(want[part], path))[mask]
         assert np.allclose(g, w, rtol=1e-3, atol=1e-3 * lr), (
             f"[{part!r}]{jax.tree_util.keystr(path)} moved by {np.max(np.abs(g)):.3g} at most; "
             f"expected {factor:g} times the spec's step ({np.max(np.abs(w)):.3g})"
         )
-
-
-def _at(tree, path):
-    for entry in path:
-        tree = tree[getattr(entry, "key", getattr(entry, "idx", None))]
-    return tree
 
 
 def check_frozen_encoder(impl) -> str:
@@ -203,11 +203,11 @@ def check_frozen_encoder(impl) -> str:
     end = _canonical(impl, _steps(impl, state, batch, key)[-1][0])
     for part in ("encoder", "latent"):
         for path, a in jax.tree_util.tree_leaves_with_path(start[part]):
-            assert np.array_equal(a, _at(end[part], path)), (
+            assert np.array_equal(a, at_path(end[part], path)), (
                 f"[{part!r}]{jax.tree_util.keystr(path)} moved; the encoder should be frozen"
             )
     for path, a in jax.tree_util.tree_leaves_with_path(start["decoder"]):
-        assert not np.array_equal(a, _at(end["decoder"], path)), (
+        assert not np.array_equal(a, at_path(end["decoder"], path)), (
             f"['decoder']{jax.tree_util.keystr(path)} did not move in three steps"
         )
     return (

@@ -43,7 +43,6 @@ import datetime
 import difflib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -52,6 +51,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import cvae_rosetta
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANGES_DIR = ROOT / "benchmarks" / "changes"
@@ -143,7 +144,6 @@ CHANGES: dict[str, Change] = {
     ),
 }
 WARMUP_STEPS = 1000  # kl_warmup's
-DROPOUT_RATE = 0.1
 DECODER_RATE = 10.0  # decoder_rate's factor
 # What needs no patch in any style: the spec's model is built from its config's widths.
 FLAGS = {
@@ -252,13 +252,13 @@ def count(patch: str, before: Path, after: Path) -> dict[str, Any]:
 # --- running ------------------------------------------------------------------------------------
 
 
-def measure(change: str, impl: str) -> dict[str, Any]:
-    """One patch applied, counted and checked."""
+def measure(change: str, impl: str, before: Path) -> dict[str, Any]:
+    """One patch applied, counted and checked; ``before``: the package folders unpatched
+    (:func:`copy_tree`), which every patch is counted against."""
     patch = patch_path(change, impl)
     if not patch.exists():
         return {"status": "no patch"}
     with tempfile.TemporaryDirectory(prefix="cvae-change-") as tmp:
-        before = copy_tree(Path(tmp) / "before")
         repo = copy_tree(Path(tmp) / "after")
         refused = git_apply(patch, repo)
         if refused:
@@ -294,24 +294,20 @@ def measure(change: str, impl: str) -> dict[str, Any]:
 def run(changes: list[str], impls: list[str], out: Path) -> dict:
     previous = json.loads(out.read_text()) if out.exists() else {}
     results = previous.get("results", {}) if previous.get("schema") == SCHEMA else {}
-    for change in changes:
-        for impl in impls:
-            found = measure(change, impl)
-            results.setdefault(change, {})[impl] = found
-            print(f"{change:16} {impl:11} {found['status']:15} "
-                  f"+{found.get('added', 0)} -{found.get('removed', 0)} "
-                  f"{len(found.get('places', []))} places  {found.get('detail', '')[:200]}",
-                  flush=True)  # fmt: skip
-    import jax
-
+    with tempfile.TemporaryDirectory(prefix="cvae-change-") as tmp:
+        before = copy_tree(Path(tmp))
+        for change in changes:
+            for impl in impls:
+                _measured(change, impl, before, results)
+    versions = cvae_rosetta.installed_versions()
     data = {
         "schema": SCHEMA,
         "kind": "change_cost",
         "started": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S +0000"),
         "environment": {
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "versions": _framework_versions(),
+            "python": versions["python"],
+            "jax": versions["jax"],
+            "versions": {d: versions[d] for d in ("flax", "dm-haiku", "equinox", "keras", "optax")},
         },
         "changes": {name: dataclasses.asdict(change) for name, change in CHANGES.items()},
         "flags": FLAGS,
@@ -321,16 +317,14 @@ def run(changes: list[str], impls: list[str], out: Path) -> dict:
     return data
 
 
-def _framework_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    found: dict[str, str | None] = {}
-    for dist in ("flax", "dm-haiku", "equinox", "keras", "optax"):
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = None
-    return found
+def _measured(change: str, impl: str, before: Path, results: dict) -> None:
+    """:func:`measure` into ``results``, and a line saying what it found."""
+    found = measure(change, impl, before)
+    results.setdefault(change, {})[impl] = found
+    print(f"{change:16} {impl:11} {found['status']:15} "
+          f"+{found.get('added', 0)} -{found.get('removed', 0)} "
+          f"{len(found.get('places', []))} places  {found.get('detail', '')[:200]}",
+          flush=True)  # fmt: skip
 
 
 def applies() -> list[str]:

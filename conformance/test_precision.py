@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import MODEL, B, probe, suite_batch, suite_params
+from cvae_rosetta.conformance.common import MODEL, B, at_path, probe, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 
 # numerics as a training run compiles them: XLA's full optimisation for every program here, except
@@ -176,7 +176,7 @@ def assert_grads_close(got, want, what: str, scale: float = 1.0) -> None:
         f"expected at most {scale * GRAD_TREE_RMS / U:g} U"
     )
     for path, g in jax.tree_util.tree_leaves_with_path(got):
-        w = leaf_at(want, path)
+        w = at_path(want, path)
         leaf_err = rel_rms(g, w)
         assert leaf_err <= scale * GRAD_LEAF_RMS, (
             f"{what}: gradient {jax.tree_util.keystr(path)} has relative RMS error "
@@ -200,12 +200,6 @@ def assert_steps_agree(start, got, want, lr: float, what: str, scale: float = 1.
         f"{what}: {flipped:.2%} of the entries were updated differently, "
         f"expected at most {scale * MAX_FLIPPED:.0%}"
     )
-
-
-def leaf_at(tree, path):
-    for entry in path:
-        tree = tree[getattr(entry, "key", getattr(entry, "idx", None))]
-    return tree
 
 
 def floating_leaves(tree) -> list[tuple[str, Any]]:

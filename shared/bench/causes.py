@@ -32,14 +32,12 @@ COUNTED = {
 }
 
 
-def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
-    """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
-    paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, copies,
-    transposes, bytes per step, the bytes also in passes over the float32 parameters)."""
+def _differences(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> list[str]:
+    """What differs between ``impl``'s fast path's optimized HLO and pure JAX's at one batch size:
+    the counts of :data:`COUNTED`, and the bytes per step (also as passes over the float32
+    parameters)."""
     mine, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
     a, b = mine.get("hlo") or {}, ref.get("hlo") or {}
-    if a.get("fingerprint") and a.get("fingerprint") == b.get("fingerprint"):
-        return SAME_PROGRAM
     parts = [
         f"{a[k]} {COUNTED[k]} against {b[k]}" for k in COUNTED if k in a and k in b and a[k] != b[k]
     ]
@@ -50,9 +48,31 @@ def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
             f"{megabytes(x)} against {megabytes(y)} per step "
             f"({passes:+.1f} passes over the parameters)"
         )
-    if parts:
+    return parts
+
+
+def fingerprint(batch: dict[str, Any], impl: str) -> str | None:
+    """The fingerprint of ``impl``'s fast path at one batch size (None: not recorded)."""
+    return (fast_row(batch, impl).get("hlo") or {}).get("fingerprint")
+
+
+def same_counts_unfingerprinted(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> bool:
+    """A run that recorded no fingerprint, where ``impl``'s program has pure JAX's counts and
+    bytes: as like it as the record can tell."""
+    return not fingerprint(batch, impl) and not _differences(batch, impl, model)
+
+
+def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
+    """Why ``impl``'s step may differ from pure JAX's at one batch size, read from the two fast
+    paths' optimized HLO: the same program (equal fingerprints), or what differs (fusions, library
+    calls, copies, transposes, bytes per step, the bytes also in passes over the float32
+    parameters)."""
+    mine = fingerprint(batch, impl)
+    if mine and mine == fingerprint(batch, REFERENCE):
+        return SAME_PROGRAM
+    if parts := _differences(batch, impl, model):
         return "its compiled program: " + ", ".join(parts)
-    if not a.get("fingerprint"):  # a run of the harness before fingerprints
+    if not mine:  # a run of the harness before fingerprints
         return (
             "the same counts of fusions, library calls, copies and transposes as pure JAX's; no "
             "fingerprint"

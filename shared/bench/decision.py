@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from cvae_rosetta.bench import evidence
-from cvae_rosetta.bench.causes import cause, programs
+from cvae_rosetta.bench.causes import (
+    cause,
+    fingerprint,
+    programs,
+    same_counts_unfingerprinted,
+)
 from cvae_rosetta.bench.markdown import (
     backend_name,
     impl_label,
@@ -175,13 +180,10 @@ def same_program_everywhere(results: Sequence[dict[str, Any]]) -> set[str]:
     same: set[str] | None = None
     for result in results:
         for _, batch in batches_by_size(result):
-            ref = (fast_row(batch, REFERENCE).get("hlo") or {}).get("fingerprint")
+            ref = fingerprint(batch, REFERENCE)
             if not ref:
                 continue
-            here = {
-                i for i in impls_measured(result)
-                if (fast_row(batch, i).get("hlo") or {}).get("fingerprint") == ref
-            }  # fmt: skip
+            here = {i for i in impls_measured(result) if fingerprint(batch, i) == ref}
             same = here if same is None else same & here
     return (same or set()) - {REFERENCE}
 
@@ -189,8 +191,7 @@ def same_program_everywhere(results: Sequence[dict[str, Any]]) -> set[str]:
 def _variation(result: dict[str, Any], batch: dict[str, Any], impl: str, same: set[str]) -> bool:
     """``impl``'s difference at ``batch`` is the machine's: its program is pure JAX's on the
     machines that fingerprint it, and here it has the same counts (no fingerprint recorded)."""
-    model = result["settings"]["model"]
-    return impl in same and cause(batch, impl, model).startswith("the same counts")
+    return impl in same and same_counts_unfingerprinted(batch, impl, result["settings"]["model"])
 
 
 VARIATION = (

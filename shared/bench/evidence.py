@@ -9,6 +9,7 @@ use another (:data:`EXISTING_CODE_ONLY`) is never chosen.
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from typing import Any
 
 from cvae_rosetta.bench.markdown import impl_label, markdown_table
@@ -46,11 +47,10 @@ def _existing(said: dict[str, str]) -> list[str]:
 def change_totals(record: dict) -> dict[str, dict[str, int]]:
     """Per style: patches checked, lines changed (added and removed) and places touched, summed
     over the changes whose patch was checked."""
-    out = {i: {"checked": 0, "lines": 0, "places": 0, "changes": 0} for i in styles()}
+    out: dict[str, Counter] = {i: Counter() for i in styles()}
     for per_impl in record["results"].values():
         for impl, found in per_impl.items():
-            total = out.setdefault(impl, {"checked": 0, "lines": 0, "places": 0, "changes": 0})
-            total["changes"] += 1
+            total = out.setdefault(impl, Counter())
             if found.get("status") == "checked":
                 total["checked"] += 1
                 total["lines"] += found["added"] + found["removed"]
