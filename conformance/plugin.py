@@ -232,6 +232,12 @@ def _activate(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pairwise: a check of two implementations together")
     config.addinivalue_line(
         "markers",
+        "one_device: a case that runs on one device whatever the devices JAX sees (a run on "
+        "several forced host devices deselects it with -m 'not one_device': the implementation's "
+        "own run on one device has run it)",
+    )
+    config.addinivalue_line(
+        "markers",
         f"{FULLY_OPTIMIZED}: a check whose programs XLA compiles with its full optimisation, as a "
         "training run's, where most optimisations off would change the optimised program (every "
         "backend but the CPU): numerics at the edges and in bfloat16",

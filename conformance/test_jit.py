@@ -169,7 +169,14 @@ def test_donated_step_uses_its_buffers(impl, params, batch):
     )
 
 
-VARIANTS = ["without_jit", "with_jit", "with_pmap", "with_fake_pmap"]
+# the eager and the jitted variants run on one device however many there are (one_device); the
+# pmap variants on every local device
+VARIANTS = [
+    pytest.param("without_jit", marks=pytest.mark.one_device),
+    pytest.param("with_jit", marks=pytest.mark.one_device),
+    "with_pmap",
+    "with_fake_pmap",
+]
 
 
 def _replicate(tree, n: int):

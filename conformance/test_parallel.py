@@ -79,7 +79,10 @@ def _train(impl, plan: parallel.Plan, run, steps: int = STEPS):
     return seen
 
 
-@pytest.mark.parametrize("devices", DEVICE_COUNTS)
+@pytest.mark.parametrize(
+    "devices",
+    [pytest.param(n, marks=pytest.mark.one_device) if n == 1 else n for n in DEVICE_COUNTS],
+)
 @pytest.mark.parametrize("mechanism", ["pmap", "sharded", "shard_map"])
 def test_parallel_step_equals_the_serial_step(impl, run, mechanism, devices):
     _applicable(impl, mechanism)

@@ -214,7 +214,8 @@ CLAIMS = [
     ),
     Claim(
         "topics/jit.md",
-        "Keras's `model.fit` step wraps nothing: it is Keras's own `jax.jit` of the same step",
+        "Keras's `model.fit` step is Keras's own `jax.jit` of the same step, called through fit's "
+        "Python function",
         (never_faster_than_the_fast_path,),
     ),
     Claim(

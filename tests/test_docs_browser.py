@@ -16,6 +16,7 @@ page at mid-block, at 1440 x 900 and 390 x 844 px).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import http.server
 import itertools
@@ -24,6 +25,8 @@ import os
 import shutil
 import sys
 import threading
+import time
+import weakref
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -124,6 +127,17 @@ def empty_search_index() -> dict:
     return {**json.loads((SITE / SEARCH_INDEX).read_text(encoding="utf-8")), "docs": []}
 
 
+@dataclasses.dataclass
+class Traffic:
+    """A tab's requests since its last load began, and those not yet ended."""
+
+    requested: list[str] = dataclasses.field(default_factory=list)
+    in_flight: set = dataclasses.field(default_factory=set)
+
+
+TRAFFIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # each tab's, by new_page()
+
+
 def new_page(
     browser, base_url: str, width: int, problems: list[str], view=None, *, search=False, **options
 ):
@@ -157,6 +171,10 @@ def new_page(
             route.abort()
 
     page.route("**/*", route)
+    TRAFFIC[page] = traffic = Traffic()  # for settle()
+    page.on("request", lambda r: (traffic.requested.append(r.url), traffic.in_flight.add(r)))
+    for ended in ("requestfinished", "requestfailed"):  # (a bound method is not taken)
+        page.on(ended, lambda r: traffic.in_flight.discard(r))
     page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
     page.on("pageerror", lambda e: problems.append(f"exception: {e}"))
     # ERR_ABORTED is a request cut short by leaving the page (or refused by route above).
@@ -202,10 +220,11 @@ def visit(page, base_url: str, width: int, view, name: str, problems: list[str])
     problems the load met. At 1440 px with no stored view (the crawl): after the network goes
     quiet (late requests such as the search index count too), the links and ids, and the first
     screenful saved; with every implementation shown, the side-by-side page whole."""
+    TRAFFIC[page].requested.clear()
     page.goto(base_url + url_path(name), wait_until="load")
     found: dict = {}
     if (width, view) == (WIDE, None):
-        page.wait_for_load_state("networkidle", timeout=5000)  # the search index, fetched late
+        settle(page, base_url + SEARCH_INDEX)  # the search index, fetched late
         found["links"] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
         found["ids"] = set(
             page.evaluate(
@@ -228,6 +247,34 @@ def visit(page, base_url: str, width: int, view, name: str, problems: list[str])
     found["problems"] = problems[:]
     problems.clear()
     return found
+
+
+QUIET = 0.1  # seconds with no request in flight after which a loaded page has settled
+
+
+def settle(page, late: str, timeout: float = 5.0) -> None:
+    """Wait until ``page`` (made by :func:`new_page`, loaded since its requests were emptied)
+    has requested ``late`` and had no request in flight for :data:`QUIET` seconds: every request
+    the load made, those its scripts make after the load event included, has ended, and its
+    problems are recorded. (Playwright's ``networkidle`` waits for 500 ms of quiet, most of a
+    crawl's time; the requests after a load here end within about 100 ms of it.)"""
+    traffic = TRAFFIC[page]
+    deadline, quiet_since = time.monotonic() + timeout, None
+    while True:
+        now = time.monotonic()
+        if traffic.in_flight or late not in traffic.requested:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= QUIET:
+            return
+        if now > deadline:
+            pending = sorted(request.url for request in traffic.in_flight)
+            raise AssertionError(
+                f"{page.url}: not settled after {timeout:.0f} s ({late} requested: "
+                f"{late in traffic.requested}; in flight: {pending})"
+            )
+        page.wait_for_timeout(10)
 
 
 @pytest.fixture(scope="module")

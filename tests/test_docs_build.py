@@ -145,13 +145,21 @@ def test_tab_sets_name_their_implementations_for_the_view_script(tmp_path):
     assert labels == [label for label, _ in IMPLEMENTATIONS.values()]
 
 
-def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
+@pytest.fixture(scope="module")
+def compare_html(tmp_path_factory) -> str:
+    """The HTML of a one-page site whose page is the compare page, built once for the checks that
+    read it."""
+    folder = tmp_path_factory.mktemp("compare")
+    result = build(folder, "# Compare\n\n<!-- generated: compare-files -->\n")
+    assert result.returncode == 0, result.stderr
+    return (folder / "site" / "index.html").read_text()
+
+
+def test_the_compare_page_holds_every_file_whole_in_sections(compare_html):
     """Each file's opening (up to its first marker) and every section, in the files' order, one
     tab set each under its heading; the sections laid end to end are the whole file, less the
     marker lines and the blank lines between sections."""
-    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
-    assert result.returncode == 0, result.stderr
-    html = (tmp_path / "site" / "index.html").read_text()
+    html = compare_html
     assert re.findall(r"<h2 id=\"([^\"]+)\"", html) == ["docstring-and-imports", *SECTIONS]
     assert html.count('<div class="rosetta" ') == 1 + len(SECTIONS)
     assert '<div class="rosetta-compare">' in html
@@ -168,13 +176,11 @@ def test_the_compare_page_holds_every_file_whole_in_sections(tmp_path):
         assert [line for text in shown[key] for line in text.splitlines() if line.strip()] == kept
 
 
-def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
+def test_every_compare_section_says_what_it_holds_and_what_differs(compare_html):
     """Under each section's heading: the line of docs/layout.md's table on what it holds, a link
     to the topic page whose differences block names the section, and that block's bullets, one
     note per bullet, each naming the implementations it covers (rosetta.js shows two)."""
-    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
-    assert result.returncode == 0, result.stderr
-    html = (tmp_path / "site" / "index.html").read_text()
+    html = compare_html
     holds, differs = section_holds(), section_differences()
     parts = re.split(r"<h2 id=\"", html)[2:]  # after the opening's heading, one per section
     assert len(parts) == len(SECTIONS)
@@ -190,13 +196,11 @@ def test_every_compare_section_says_what_it_holds_and_what_differs(tmp_path):
         assert sorted(k for n in notes for k in n.split()) == sorted(IMPLEMENTATIONS)
 
 
-def test_every_pair_has_its_contrast_in_every_compare_section(tmp_path):
+def test_every_pair_has_its_contrast_in_every_compare_section(compare_html):
     """Under the opening's heading and every section's: one contrast line for each ordered pair
     of implementations (30 for six: the 15 pairs, either side left), made from the two styles'
     phrases of docs/data/contrasts.toml, and naming both; the same phrase is said alike."""
-    result = build(tmp_path, "# Compare\n\n<!-- generated: compare-files -->\n")
-    assert result.returncode == 0, result.stderr
-    html = (tmp_path / "site" / "index.html").read_text()
+    html = compare_html
     table = contrasts()
     labels = {key: capitalized(label) for key, (label, _) in IMPLEMENTATIONS.items()}
     parts = re.split(r"<h2 id=\"", html)[1:]

@@ -173,6 +173,51 @@ def test_the_classifier_reports_its_accuracy_on_real_test_data():
     assert evaluate.fit_classifier(dataclasses.replace(digits, train=_one_class(digits))) is None
 
 
+READ_BACK = """import sys, numpy as np
+from cvae_rosetta.app import data, evaluate
+clf = evaluate.fit_classifier(data.load_digits())
+np.save(sys.argv[1], clf.predict(np.load(sys.argv[2])))
+print('sklearn' in sys.modules)
+"""
+
+
+def test_the_classifier_is_kept_and_votes_as_scikit_learns_own_prediction(tmp_path, monkeypatch):
+    """The kept classifier labels the digits' test split, 2,000 uniform and 1,000 binary random
+    images exactly as scikit-learn's SVC fit on the same split does, fit here or read back by a
+    new process, which never imports scikit-learn; a damaged file is passed over and the
+    classifier fit and kept again."""
+    import subprocess
+    import sys
+
+    from sklearn.svm import SVC
+
+    monkeypatch.setenv(data.DATA_CACHE_ENV, str(tmp_path / "cache"))  # the split kept there too
+    digits = data.load_digits()
+    svc = SVC(kernel="rbf", C=1.0, gamma="scale")
+    svc.fit(np.asarray(digits.train.x, np.float64), digits.train.c)
+    rng = np.random.default_rng(0)
+    images = np.concatenate(
+        [digits.test.x, rng.random((2000, 64)), rng.random((1000, 64)) > 0.6]
+    ).astype(np.float32)
+    want = svc.predict(np.asarray(images, np.float64))
+
+    np.testing.assert_array_equal(evaluate.fit_classifier(digits).predict(images), want)
+    [kept] = (tmp_path / "cache").glob("classifier-*.npz")
+    np.save(tmp_path / "images.npy", images)
+    run = subprocess.run(
+        [sys.executable, "-c", READ_BACK, str(tmp_path / "read.npy"), str(tmp_path / "images.npy")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "read.npy"), want)
+    assert run.stdout.strip() == "False"  # read back: scikit-learn never imported
+    kept.write_bytes(b"not an npz")
+    np.testing.assert_array_equal(evaluate.fit_classifier(digits).predict(images), want)
+    np.testing.assert_array_equal(evaluate.KernelVotes.load(kept).predict(images), want)
+
+
 def _one_class(ds):
     rows = ds.train.c == 0
     return data.Split(ds.train.x[rows], ds.train.c[rows])

@@ -436,9 +436,9 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
             [
                 "Above 100 %, a round ran faster than the bound: "
                 + "; ".join(f"{name} at batch {b}" for b, name in above)
-                + ". The bandwidth is the streaming update's, called from Python once a round "
-                "with its dispatch counted, while a step inside the scan pays none, so the "
-                "memory side's rate can be understated and the bound overstated there.",
+                + ". The bandwidth is the streaming update's, called from Python several times a "
+                "round with each call's dispatch counted, while a step inside the scan pays none, "
+                "so the memory side's rate can be understated and the bound overstated there.",
                 "",
             ]
             if above
