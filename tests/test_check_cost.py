@@ -5,6 +5,7 @@ two cores busy to the end, and docs/conformance.md shows what the record renders
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -86,3 +87,44 @@ def test_the_page_shows_what_the_record_renders():
     assert shown == "\n" + check_cost.block(recorded()), (
         "docs/conformance.md: run python benchmarks/check_cost.py render"
     )
+
+
+SELECTED_BY_FILE = (
+    "environment",
+    "needs_flax",
+    "needs_equinox",
+    "needs_keras",
+    "cross",
+    "multidevice",
+    "faults",
+    "suite_runs",
+    "docs",
+    "outside",
+)
+
+
+def marks(source: str, marker: str) -> bool:
+    """Whether a test module's source marks a test with ``marker``: ``pytest.mark.MARKER`` (a
+    decorator, ``pytestmark``, ``marks=``), or the marker's name beside ``getattr(pytest.mark``."""
+    if re.search(rf"\bmark\.{marker}\b", source):
+        return True
+    return "getattr(pytest.mark" in source and re.search(rf"[\"']{marker}[\"']", source) is not None
+
+
+def test_a_marker_tox_selects_by_file_is_in_no_other_test_file():
+    """The environments that run one marker's tests name the files that hold them (collecting
+    every test module takes about 3 s of a session that runs a few tests): every file of tests/
+    that names the marker is among them, in every command that selects it, so that no test of
+    it is left out."""
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8").replace("\\\n", " ")
+    for marker in SELECTED_BY_FILE:
+        naming = {
+            path.name
+            for path in (ROOT / "tests").glob("test_*.py")
+            if path.name != Path(__file__).name and marks(path.read_text(), marker)
+        }
+        commands = [line for line in tox.splitlines() if f"-m {marker}" in line.split("#")[0]]
+        assert commands, marker
+        for command in commands:
+            given = {word.rpartition("/")[2] for word in command.split() if word.endswith(".py")}
+            assert given == naming, (marker, command, naming)

@@ -61,8 +61,8 @@ NEEDS = (
         "parallel",
         None,
         "The data-parallel step is shared (`--data-parallel`): it takes each style's gradient "
-        "function, so the style does not decide it. Several hosts: `cvae launch` or "
-        "`--distributed`.",
+        "function, so the style does not decide it. Several processes: `cvae launch` on one "
+        "machine, `--distributed` across hosts.",
     ),
     (
         "Keras habits (`fit`, callbacks)",
