@@ -650,6 +650,20 @@ def test_a_per_call_difference_with_the_same_device_time_names_its_cause_or_none
     assert "not a difference of the step or of calling it" in performance
 
 
+def test_a_per_call_difference_against_its_device_time_is_not_put_on_the_program(tmp_path):
+    """Per call 0.80x, device time 1.20x (the compiled step slower, its call faster): what differs
+    in the compiled program cannot be why the call is faster, so the note says the device time
+    went the other way and weighs the cost of calling the step instead (before this change it
+    named the program's differences for both)."""
+    data = synthetic(other=0.8)
+    for batch in data["batches"].values():  # the compiled step 1.2 times pure JAX's
+        batch["epoch"][1]["call_us"] = spread(batch["epoch"][0]["call_us"]["median"] * 1.2)
+    performance, _ = pages(summarize(data), tmp_path)
+    per_call = performance[performance.index("**Per call**") :]
+    assert re.search(r"device time 1\.20x \([^)]*\), the other way", per_call), per_call[:2000]
+    assert "its compiled program" not in per_call.partition("\n\n**")[0]
+
+
 def test_every_ratio_on_the_pages_carries_an_interval(tmp_path):
     committed = [ROOT / "docs" / "performance.md", ROOT / "docs" / "choosing.md"]
     made_up = pages(summarize(synthetic()), tmp_path)

@@ -176,9 +176,9 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
     why = causes(result, labels)
     same_device = {
         shown: {
-            b: _calling(result, bt, i)
-            if device(bt, i) and not differs(device(bt, i))
-            else why[shown][b]
+            b: why[shown][b]
+            if device(bt, i) is None or _same_way(device(bt, i), call(bt, i))
+            else _calling(result, bt, i, device(bt, i))
             for b, bt in batches_by_size(result)
         }
         for i, shown in labels.items()
@@ -199,23 +199,39 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
     )
 
 
-def _calling(result: dict[str, Any], batch: dict[str, Any], impl: str) -> str:
-    """Why a per-call ratio differs from 1 where the device time does not: the cost of calling
-    the step (the empty step's) where it goes the same way and makes up at least half of the
-    difference of the medians, else neither the step nor calling it."""
+def _same_way(device: dict | None, call: dict | None) -> bool:
+    """Whether the compiled step's difference (its device time beyond noise) can explain the
+    per-call one: it goes the same way (both slower, or both faster)."""
+    if not (call and differs(device)):
+        return False
+    return (device["ratio"] - 1) * (call["ratio"] - 1) > 0
+
+
+def _calling(
+    result: dict[str, Any], batch: dict[str, Any], impl: str, device: dict | None = None
+) -> str:
+    """Why a per-call ratio differs from 1 where the compiled step cannot explain it (its device
+    time within noise, or beyond noise the other way): the cost of calling the step (the empty
+    step's) where it goes the same way and makes up at least half of the difference of the
+    medians, else neither the step nor calling it."""
+    step = (
+        f"device time {ratio(device)}, the other way"
+        if device and differs(device)
+        else "device time within noise"
+    )
     own, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
     empty, base = own.get("empty_step_us"), ref.get("empty_step_us")
     if not (empty and base):
-        return "device time within noise: not a difference of the compiled step"
+        return f"{step}: not a difference of the compiled step"
     costs = f"an empty step {number(empty['median'])} µs against {number(base['median'])} µs"
     gap = own["step_us"]["median"] - ref["step_us"]["median"]
     extra = empty["median"] - base["median"]
     if gap * extra > 0 and abs(extra) >= abs(gap) / 2:
-        return f"device time within noise, {costs}: the difference is in calling the step"
+        return f"{step}, {costs}: the difference is in calling the step"
     machine = " on a loaded machine" if loaded(result) else ""
     return (
-        f"device time within noise and {costs}: the rounds' variation{machine}, not a difference "
-        "of the step or of calling it"
+        f"{step} and {costs}: the rounds' variation{machine}, not a difference of the step or "
+        "of calling it"
     )
 
 
