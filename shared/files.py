@@ -1,4 +1,5 @@
-"""Atomic writes that respect the umask: the one way this project writes a file or a directory.
+"""Atomic writes that respect the umask: the way this project writes a file or a directory (but
+inside folders committed or removed whole: a checkpoint's ``cvae_files.json``, a run's token).
 
 :func:`atomic_write` writes to a temporary file in the target's own directory, flushes and
 ``fsync``s it, renames it over the target with ``os.replace`` and then ``fsync``s the directory
