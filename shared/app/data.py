@@ -202,16 +202,35 @@ def data_cache_folder(environ: dict[str, str] | os._Environ[str] = os.environ) -
     return cache.user_folder(environ) / "data"
 
 
-def _digits_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The train and test indices of the digits' split, read from the data cache when it holds
-    them for this scikit-learn version, else computed by scikit-learn and kept there (a cache
-    that cannot be read or written is passed over)."""
+# what reading a kept file may raise where it is damaged or not ours: it is computed again
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError)
+
+
+def kept_file(stem: str) -> Path | None:
+    """Where something scikit-learn computed is kept between runs: ``STEM-scikit-learn-VERSION.npz``
+    in :func:`data_cache_folder` (None: no cache, or scikit-learn not installed)."""
     folder = data_cache_folder()
     try:
         version = importlib.metadata.version("scikit-learn")
     except importlib.metadata.PackageNotFoundError:
-        version = None
-    path = folder / f"digits-split-scikit-learn-{version}.npz" if folder and version else None
+        return None
+    return folder / f"{stem}-scikit-learn-{version}.npz" if folder else None
+
+
+def keep(path: Path | None, **arrays: np.ndarray) -> None:
+    """``arrays`` written to ``path`` (from :func:`kept_file`) atomically; a cache that cannot be
+    written is passed over, and the next run computes them again."""
+    if path is not None:
+        from cvae_rosetta import files
+
+        with contextlib.suppress(OSError):
+            files.atomic_write(path, lambda f: np.savez(f, **arrays), parents=True)
+
+
+def _digits_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The train and test indices of the digits' split, read from the data cache when it holds
+    them for this scikit-learn version, else computed by scikit-learn and kept there."""
+    path = kept_file("digits-split")
     if path is not None and path.is_file():
         try:
             with np.load(path) as kept:
@@ -219,16 +238,12 @@ def _digits_split(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             both = np.sort(np.concatenate([train, test]))
             if len(test) == math.ceil(0.2 * len(y)) and np.array_equal(both, np.arange(len(y))):
                 return train, test
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        except UNREADABLE:
             pass  # damaged or not ours: computed again below
     from sklearn.model_selection import train_test_split
 
     train, test = train_test_split(np.arange(len(y)), test_size=0.2, stratify=y, random_state=0)
-    if path is not None:
-        from cvae_rosetta import files
-
-        with contextlib.suppress(OSError):  # no cache: the next run computes the split again
-            files.atomic_write(path, lambda f: np.savez(f, train=train, test=test), parents=True)
+    keep(path, train=train, test=test)
     return train, test
 
 

@@ -21,12 +21,10 @@ Every key is derived from the run's seed, so the same run evaluates to the same 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import charts, images, rundir
+from cvae_rosetta.app import charts, data, images, rundir
 from cvae_rosetta.app.data import Dataset, Split
 from cvae_rosetta.app.run import DEFAULT_IW_SAMPLES, RunKeys, check_iw_samples
 from cvae_rosetta.spec.config import Config
@@ -242,21 +240,24 @@ class KernelVotes:
                 pair += 1
         return self.classes[np.argmax(votes, axis=1)]  # the first of the most voted
 
-    def save(self, path: Path) -> None:
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every field as an array, for :func:`data.keep` and :meth:`load`."""
         arrays = {f.name: np.asarray(getattr(self, f.name)) for f in dataclasses.fields(self)}
         narrow = self.support_vectors.astype(np.float32)  # the images' own precision, mostly
         if np.array_equal(narrow, self.support_vectors):
             arrays["support_vectors"] = narrow
-        files.atomic_write(path, lambda f: np.savez(f, **arrays), parents=True)
+        return arrays
 
     @classmethod
     def load(cls, path: Path) -> KernelVotes:
         with np.load(path) as kept:
             votes = cls(**{f.name: kept[f.name] for f in dataclasses.fields(cls)})
         k, (s, _) = len(votes.classes), votes.support_vectors.shape
-        if votes.dual_coef.shape != (k - 1, s) or votes.intercept.shape != (k * (k - 1) // 2,):
-            raise ValueError(f"{path}: not the arrays of one classifier")
-        if int(np.sum(votes.n_support)) != s:
+        if (
+            votes.dual_coef.shape != (k - 1, s)
+            or votes.intercept.shape != (k * (k - 1) // 2,)
+            or int(np.sum(votes.n_support)) != s
+        ):
             raise ValueError(f"{path}: not the arrays of one classifier")
         return dataclasses.replace(
             votes,
@@ -288,38 +289,26 @@ def fit_classifier(dataset: Dataset) -> Classifier | None:
 
 
 def _kernel_votes(x: np.ndarray, c: np.ndarray) -> KernelVotes:
-    """The SVC fit on ``x, c``, read from the data cache where it was kept, else fit by
-    scikit-learn and kept there (a cache that cannot be read or written is passed over)."""
+    """The SVC fit on ``x, c``, read from the data cache where it was kept (one file per training
+    set), else fit by scikit-learn and kept there."""
     import hashlib
-    import importlib.metadata
 
-    from cvae_rosetta.app.data import data_cache_folder
-
-    folder = data_cache_folder()
-    try:
-        version = importlib.metadata.version("scikit-learn")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    path = None
-    if folder is not None and version is not None:
-        digest = hashlib.sha256(CLASSIFIER.encode())
-        for array in (np.ascontiguousarray(x), np.ascontiguousarray(c)):
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(array.tobytes())
-        path = folder / f"classifier-{digest.hexdigest()[:20]}-scikit-learn-{version}.npz"
-        if path.is_file():
-            try:
-                return KernelVotes.load(path)
-            except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError):
-                pass  # damaged or not ours: fit again below
+    digest = hashlib.sha256(CLASSIFIER.encode())
+    for array in (np.ascontiguousarray(x), np.ascontiguousarray(c)):
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    path = data.kept_file(f"classifier-{digest.hexdigest()[:20]}")
+    if path is not None and path.is_file():
+        try:
+            return KernelVotes.load(path)
+        except data.UNREADABLE:
+            pass  # damaged or not ours: fit again below
     from sklearn.svm import SVC
 
     votes = KernelVotes.of(
         SVC(kernel="rbf", C=1.0, gamma="scale").fit(np.asarray(x, np.float64), c)
     )
-    if path is not None:
-        with contextlib.suppress(OSError):  # no cache: the next evaluation fits again
-            votes.save(path)
+    data.keep(path, **votes.arrays())
     return votes
 
 
@@ -621,7 +610,7 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
 
 def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> list[dict[str, Any]]:
     """``cvae evaluate --run``: check everything, then evaluate and write ``evaluation.json``."""
-    from cvae_rosetta.app import data, frameworks
+    from cvae_rosetta.app import frameworks
     from cvae_rosetta.app import rundir as run
 
     k = check_iw_samples(iw_samples)

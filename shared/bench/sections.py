@@ -216,7 +216,7 @@ def _calling(
     medians, else neither the step nor calling it."""
     step = (
         f"device time {ratio(device)}, the other way"
-        if device and differs(device)
+        if differs(device)
         else "device time within noise"
     )
     own, ref = fast_row(batch, impl), fast_row(batch, REFERENCE)
