@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.app import data, evaluate
+from cvae_rosetta.app import compare, data, evaluate
 from cvae_rosetta.app import rundir as run
 from cvae_rosetta.app.run import RunKeys
 from cvae_rosetta.cli import main
@@ -142,6 +142,22 @@ def test_active_units_on_a_constructed_case():
     np.testing.assert_allclose(variances, amplitudes**2, atol=1e-12)
     assert count == 3  # 0.2, 0.1001 and 3.0: variances above 0.01, strictly
     assert evaluate.active_units(means, threshold=0.05)[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("active", "kl", "collapsed"),
+    [(0, 3.0, True), (4, 0.099, True), (1, 0.1, False), (4, 17.0, False)],
+)
+def test_posterior_collapse_is_no_active_unit_or_a_kl_below_the_floor(active, kl, collapsed):
+    result = {"active_units": active, "kl": kl, "latent_dim": 4}
+    note = evaluate.collapse_note(result)
+    assert (note is not None) == collapsed
+    if collapsed:
+        assert note.startswith(f"posterior collapse: the latent code is unused ({active}/4 ")
+        assert f"kl {kl:.3f} nats per example" in note and "bernoulli" in note
+    rows = [{"impl": "a", "posterior_collapse": collapsed}, {"impl": "b"}]
+    said = compare.collapse_rows_note(rows)
+    assert (said is not None and said.startswith("posterior collapse in a: ")) == collapsed
 
 
 def test_spread_and_diversity_by_hand():
@@ -322,13 +338,21 @@ def test_train_then_evaluate_end_to_end(trained):
 
 
 def test_compare_evaluates_every_implementation(tmp_path, capsys):
+    """Built to collapse (the source guide's mse loss weighs the kl per latent unit against the
+    squared error per pixel): the table, its notes, the row and evaluation.json say so."""
     out = tmp_path / "cmp"
-    assert main(["compare", "--impls", "pure_jax", "--out", str(out), *TINY]) == 0
+    assert main(["compare", "--impls", "pure_jax", "--out", str(out), *TINY, "--loss", "mse"]) == 0
     row = json.loads((out / "summary.json").read_text())["rows"][0]
     for key in ("neg_elbo", "neg_iwae", "gen_accuracy", "classifier_accuracy", "diversity"):
         assert isinstance(row[key], float), key
     text = capsys.readouterr().out
     assert "gen acc" in text and "SVC scores" in text
+    report = json.loads((out / "pure_jax" / "evaluation.json").read_text())
+    assert report["posterior_collapse"] is True and report["collapse_kl"] == evaluate.COLLAPSE_KL
+    assert row["posterior_collapse"] is True and row["active"].endswith(" collapsed")
+    named = "posterior collapse in pure_jax: the latent code is unused"
+    assert named in text and named in (out / "summary.md").read_text()
+    assert "\n  posterior collapse: the latent code is unused" in evaluate.describe(report)
     first = (out / "pure_jax" / "evaluation.json").read_text()
     (out / "pure_jax" / "evaluation.json").unlink()
     assert main(["evaluate", "--run", str(out), "--iw-samples", "4"]) == 0  # every impl in it

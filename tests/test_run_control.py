@@ -157,7 +157,7 @@ def test_max_steps_ends_a_finished_run_that_resumes_to_the_uninterrupted_one(
     with fast_outputs():  # the run's limit is kept: nothing left, the same run again
         again = resume(out, quiet())
     said = capsys.readouterr().out
-    assert f"nothing left to train: the run ends at max_steps {limit}" in said
+    assert f"nothing left to train: the run ends at step {limit}, its step limit" in said
     assert again.result.steps == 0 and records(out) == made
     assert "nothing left to train (no step taken)" in described(again)
 
@@ -189,6 +189,13 @@ def test_max_steps_through_the_command_line(reference, tmp_path, capsys):
     assert run_json(out)["max_steps"] == 11 and checkpoint.latest_of_run(out).step == 11
     assert "11 steps, ended by max_steps in epoch 2 of 4" in capsys.readouterr().out
     args = ("--resume", str(out), "--no-progress", "--iw-samples", "1")
+    before = snapshot(out)
+    assert cvae_train(*args, "--epochs", "1") == 2  # fewer epochs than it is in: refused
+    assert capsys.readouterr().err == (
+        "cvae: error: --epochs (train.epochs): expected at least 2 (the checkpoint at step 11 "
+        "is in epoch 2), got 1\n"
+    )
+    assert snapshot(out) == before
     assert cvae_train(*args, "--max-steps", str(TOTAL)) == 0
     assert_same_run(out, reference)
 
@@ -384,7 +391,7 @@ def test_one_epoch_is_singular_and_a_resume_with_nothing_left_says_so(tmp_path, 
         again = resume(out, quiet())
     said = capsys.readouterr().out
     assert "at step 8 (the end of epoch 1)" in said
-    assert "nothing left to train in 1 epoch (train.epochs extends it)" in said
+    assert "nothing left to train in 1 epoch (more epochs extend it)" in said
     text = described(again)
     assert "nothing left to train (no step taken)" in text and "steps/s" not in text
 
@@ -553,6 +560,12 @@ def test_resuming_a_finished_run_says_so_and_rewrites_nothing(tmp_path, capsys):
         "last step; nothing to train, nothing rewritten (--epochs above 4 extends it)\n"
     ), said
     assert snapshot(out) == before and stamps(out) == when  # not a byte, not a time
+    assert main(["train", "--resume", str(out), "--no-progress", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "cvae: error: --epochs (train.epochs): expected at least 4 (the run has trained 4 epochs, "
+        f"{TOTAL} steps), got 1\n"
+    )
+    assert snapshot(out) == before and stamps(out) == when
 
     # outputs a stop cut short (the evaluation older than the summary, a picture missing): the
     # resume writes them again, and trains nothing

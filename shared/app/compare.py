@@ -361,6 +361,7 @@ def _finish_one(
     }
     if row.get("active_units") is not None:
         row["active"] = f"{row['active_units']}/{config.model.latent_dim}"
+        row["active"] += " collapsed" if row["posterior_collapse"] else ""
     files.write_json(run_dir / ROW_FILE, row)
     outcome.summary, outcome.evaluation = row, report
     outcome.params = rundir.flatten_params(params)
@@ -433,15 +434,31 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def summary_markdown(rows: list[dict[str, Any]]) -> str:
-    """``summary.md``: the Markdown table, and :func:`dparam_note` under it when there is one."""
-    note = dparam_note(rows)
-    return markdown_table(rows) + (f"\n\n{note}" if note else "") + "\n"
+    """``summary.md``: the Markdown table, and the :func:`notes` under it."""
+    return markdown_table(rows) + "".join(f"\n\n{note}" for note in notes(rows)) + "\n"
 
 
 def text_table(rows: list[dict[str, Any]]) -> str:
-    """The table ``cvae compare`` prints, with :func:`dparam_note` under it when there is one."""
-    note = dparam_note(rows)
-    return summary_table(rows, COLUMNS) + (f"\n{note}" if note else "")
+    """The table ``cvae compare`` prints, with the :func:`notes` under it."""
+    return summary_table(rows, COLUMNS) + "".join(f"\n{note}" for note in notes(rows))
+
+
+def notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The lines under the table: :func:`collapse_rows_note` and :func:`dparam_note`, those that
+    have something to say."""
+    return [n for n in (collapse_rows_note(rows), dparam_note(rows)) if n]
+
+
+def collapse_rows_note(rows: list[dict[str, Any]]) -> str | None:
+    """The line naming the rows whose latent code is unused (``active`` marked ``collapsed``);
+    ``None`` when there is none."""
+    collapsed = [r["impl"] for r in rows if r.get("posterior_collapse")]
+    if not collapsed:
+        return None
+    return (
+        f"posterior collapse in {', '.join(collapsed)}: the latent code is unused (no active unit "
+        f"or kl below {evaluate.COLLAPSE_KL:g} nats per example): {evaluate.COLLAPSE_MEANING}"
+    )
 
 
 BIT_IDENTICAL = 0.0

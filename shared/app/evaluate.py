@@ -15,6 +15,8 @@ measured by the same code. The definitions are in ``docs/evaluation.md``; in sho
   generated images; the score is the fraction labelled as the class they were generated for.
 * ``diversity``: per class, the RMS distance of generated mean images from their centroid
   divided by that of the real test images of the class; the mean over classes.
+* ``posterior_collapse``: no active unit, or ``kl`` below ``COLLAPSE_KL`` nats per example: the
+  decoder ignores the latent code and draws each label's images from the label alone.
 
 Every key is derived from the run's seed, so the same run evaluates to the same numbers.
 """
@@ -40,6 +42,10 @@ from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, OutputError, ParameterError
 
 ACTIVE_THRESHOLD = 0.01
+COLLAPSE_KL = 0.1
+"""Nats per test example below which the latent code counts as unused: the mean KL bounds the
+information the code carries about an image from above, and 0.1 nats tell apart fewer than
+``exp(0.1) = 1.1`` images (docs/evaluation.md, "Posterior collapse")."""
 GENERATED_PER_CLASS = 100
 GRID_PER_CLASS = 10
 CLASSIFIER_MAX_TRAIN = 5000
@@ -168,6 +174,26 @@ def bounds(impl, state, split: Split, k: int, key: jax.Array) -> dict[str, Any]:
         "kl": float(np.mean(kl_i)),
         "means": mean,
     }
+
+
+def collapse_note(result: dict[str, Any]) -> str | None:
+    """One line naming posterior collapse, what it means and what usually helps; ``None`` when the
+    latent code is used (some active unit and ``kl`` at or above :data:`COLLAPSE_KL`)."""
+    active, kl, latent = result["active_units"], result["kl"], result["latent_dim"]
+    if active > 0 and kl >= COLLAPSE_KL:
+        return None
+    return (
+        f"posterior collapse: the latent code is unused ({active}/{latent} active units, kl "
+        f"{kl:.3f} nats per example; collapsed below {COLLAPSE_KL:g} or with no active unit): "
+        + COLLAPSE_MEANING
+    )
+
+
+COLLAPSE_MEANING = (
+    "the decoder draws every image of a label from the label alone, so samples of one label "
+    "look alike; what helps: the default bernoulli loss, or a smaller --beta (--loss mse averages "
+    "over pixels, which weighs the kl far more; docs/evaluation.md, Posterior collapse)"
+)
 
 
 def active_units(means: np.ndarray, threshold: float = ACTIVE_THRESHOLD) -> tuple[int, list[float]]:
@@ -466,6 +492,8 @@ def evaluate(
         "diversity_per_class": div_per_class,
         "definitions": DEFINITIONS,
     }
+    result["posterior_collapse"] = collapse_note(result) is not None
+    result["collapse_kl"] = COLLAPSE_KL
     if out is not None:
         name = title or getattr(impl, "name", "model")
         grid = np.concatenate(
@@ -500,6 +528,8 @@ DEFINITIONS = {
     "bernoulli_samples: pixels drawn from Bernoulli(sigmoid(decode(z, c)))",
     "diversity": "per class, RMS distance of generated mean images from their centroid over the "
     "same for real test images (n - 1 denominators); mean over classes",
+    "posterior_collapse": "no active unit, or kl below collapse_kl nats per example: the latent "
+    "code is unused and each label's images come from the label alone",
 }
 
 
@@ -513,22 +543,25 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
         "gen_accuracy": result["conditional_accuracy"]["mean_images"]["overall"],
         "classifier_accuracy": clf["test_accuracy"] if clf else None,
         "diversity": result["diversity"],
+        "posterior_collapse": collapse_note(result) is not None,
     }
 
 
 def describe(result: dict[str, Any]) -> str:
-    """Two lines for the terminal."""
+    """Two lines for the terminal, and a third naming posterior collapse where there is one."""
     h = headline(result)
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.1%}"
 
     div = "-" if h["diversity"] is None else f"{h['diversity']:.2f}"
+    note = collapse_note(result)
     return (
         f"  test -elbo {h['neg_elbo']:.3f}   -iwae(k={result['iw_samples']}) {h['neg_iwae']:.3f}"
         f"   kl {result['kl']:.3f}   active units {h['active_units']}/{result['latent_dim']}\n"
         f"  generated mean images classified as their label {pct(h['gen_accuracy'])} "
         f"(classifier on real test {pct(h['classifier_accuracy'])}), diversity {div}"
+        + (f"\n  {note}" if note else "")
     )
 
 

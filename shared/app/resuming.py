@@ -156,6 +156,13 @@ class Resume:
         evaluated = (directory / rundir.EVALUATION_FILE).stat().st_mtime_ns
         if evaluated < (directory / rundir.SUMMARY_FILE).stat().st_mtime_ns:
             return None  # the evaluation of an earlier end: this one's was cut short
+        if epoch > config.train.epochs:  # a partial epoch is the one in progress, counted from 1
+            trained = f"the checkpoint at step {step} is in epoch {epoch}"
+            if not summary.get("partial"):
+                trained = f"the run has trained {epoch} epoch{'s' * (epoch > 1)}, {step} steps"
+            raise ConfigError(
+                f"train.epochs: expected at least {epoch} ({trained}), got {config.train.epochs}"
+            )
         ended = epoch >= config.train.epochs and not summary.get("partial")
         if not ended and (max_steps is None or step < max_steps):
             return None

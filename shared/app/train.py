@@ -333,13 +333,13 @@ def _resume_locked(
     print(f"{impl.name}: resuming {opened.directory} at {where(position)}{by}")
     if position.epoch >= config.train.epochs:
         print(
-            f"  nothing left to train in {counted(config.train.epochs, 'epoch')} (train.epochs "
-            "extends it)"
+            f"  nothing left to train in {counted(config.train.epochs, 'epoch')} (more epochs "
+            "extend it)"
         )
     elif options.max_steps is not None and position.step >= options.max_steps:
         print(
-            f"  nothing left to train: the run ends at max_steps {options.max_steps} (a larger "
-            "max_steps goes on)"
+            f"  nothing left to train: the run ends at step {options.max_steps}, its step limit "
+            "(a larger one goes on)"
         )
     return train_into(job, state, into)
 
