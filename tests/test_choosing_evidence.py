@@ -227,9 +227,13 @@ def test_the_evidence_tables_render_from_their_records():
     assert (
         "| gelu |" in changes and "+3 −0, 1 place" in changes and "a wider layer: a flag" in changes
     )
-    versions = evidence.versions_table(version_record({"equinox": 1}))
+    record = version_record({"equinox": 1})
+    stopped = record["results"]["dist-equinox"]["1.3"]["impls"]["equinox"]
+    stopped["detail"] = "pytest's internal error: ImportError"  # the suite did not start
+    versions = evidence.versions_table(record)
     assert "- Equinox, dist-equinox 1.0 (2026-09-01, jax 0.10.2): passes;" in versions
-    assert "| Equinox | 1 of 4 | dist-equinox 1.0 |" in versions
+    assert "| Equinox | 1 of 3 | dist-equinox 1.0 | 1.3 |" in versions  # the table and the list
+    assert "1.3 (2026-06-01, jax 0.10.2): not tried (the suite did not start); pytest's" in versions
     names = evidence.concepts_table(concepts_record(dict.fromkeys(STYLES, 2)))
     assert "| transforms |" in names and "`jax.n1`" in names
 

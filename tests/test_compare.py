@@ -115,12 +115,15 @@ def test_a_compare_names_rows_and_folders_by_implementation(tmp_path, monkeypatc
         assert (out / name / "params.npz").is_file()
     assert not list(out.glob("*:*"))
     for row in summary["rows"]:
-        assert row["active"] == f"{row['active_units']}/3"
+        collapsed = " collapsed" if row["posterior_collapse"] else ""
+        assert row["active"] == f"{row['active_units']}/3{collapsed}"
         assert row["max_param_diff"] == 0.0  # the same arithmetic twice
-    table = check_markdown_table((out / "summary.md").read_text())
+    markdown, *notes = (out / "summary.md").read_text().rstrip("\n").split("\n\n")  # notes last
+    table = check_markdown_table(markdown)
     active = [h for _, h, _ in compare.COLUMNS].index("active")
     assert [r[0] for r in table[1:]] == names
-    assert all(re.fullmatch(r"\d+/3", r[active]) for r in table[1:])
+    assert all(re.fullmatch(r"\d+/3( collapsed)?", r[active]) for r in table[1:])
+    assert notes == compare.notes(summary["rows"])
     assert min(colour_pixels(out / "curves.png", names).values()) >= 1000
     capsys.readouterr()
     (out / "pure_jax-2" / evaluate.EVALUATION_FILE).unlink()

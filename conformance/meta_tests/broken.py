@@ -474,7 +474,7 @@ def adam_epsilon_on_uncorrected_root():
     """AdamW as ``keras.optimizers.AdamW`` computes it, with the spec's epsilon: the bias
     corrections folded into the rate, ``lr * sqrt(1 - b2^t) / (1 - b1^t)``, and epsilon added to
     the uncorrected ``sqrt(v)``, so the effective epsilon is ``eps / sqrt(1 - b2^t)``, 31.6 times
-    the spec's at the first step (invisible until the gradients are tiny)."""
+    the spec's at the first step (seen where gradient entries are small against it)."""
     create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, True))
     return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 

@@ -261,7 +261,7 @@ def run_equinox(x: jax.Array, y: jax.Array) -> Observed:
         out, state = model(x, state)
         return mse(out, y), state
 
-    grads, state = eqx.filter_grad(loss, has_aux=True)(model, state)  # floating-point leaves only
+    grads, state = eqx.filter_grad(loss, has_aux=True)(model, state)  # the model's leaves only
     return observe(expected, before_update, after_update, state.get(model.calls), state, grads)
 
 

@@ -199,11 +199,13 @@ def versions_table(record: dict) -> str:
     for dist, versions in record["results"].items():
         for version, tried in versions.items():
             for impl, found in tried["impls"].items():
-                detail = found.get("detail", "")
-                if found["status"] == "passes":
+                detail, status = found.get("detail", ""), found["status"]
+                if not _tried(found) and status not in NOT_TRIED:
+                    status = "not tried (the suite did not start)"
+                if status == "passes":
                     detail = f"{len(found.get('warnings', []))} deprecation warnings"
                 on = f"{dist} {version} ({tried['date']}, jax {found.get('jax', '-')})"
-                every.append(f"    - {impl_label(impl)}, {on}: {found['status']}; {detail}")
+                every.append(f"    - {impl_label(impl)}, {on}: {status}; {detail}")
     return (
         markdown_table(
             ["style", "passed", "those releases", "not tried", "warnings on the newest"],
