@@ -441,8 +441,13 @@ def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_
         (["train", "--devices", "2"], "--devices (train.devices): expected 1 with --data-parallel "
          "'none' (choose pmap, sharded or shard_map to use more devices), got 2"),
         (["train", "--data-parallel", "pmap", "--devices", "2", "--batch-size", "63"],
-         "--batch-size (data.batch_size): expected a multiple of --devices (2: every device takes "
-         "the same number of rows), got 63"),
+         "--devices, --batch-size (train.devices, data.batch_size): expected a batch size that is "
+         "a multiple of the devices (every device takes the same number of rows), got 2 devices "
+         "and a batch of 63"),
+        (["train", "--data-parallel", "sharded", "--devices", "3"],  # the batch size not typed
+         "--devices (train.devices), data.batch_size: expected a batch size that is a multiple of "
+         "the devices (every device takes the same number of rows), got 3 devices and a batch of "
+         "64"),
         (["train", "--max-steps", "0"], "--max-steps: expected an integer >= 1, got 0"),
     ],
 )  # fmt: skip

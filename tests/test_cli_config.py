@@ -250,11 +250,15 @@ def test_version(capsys):
     assert len(stack) == 1 + len(cvae_rosetta.STACK)
 
 
-def test_version_starts_no_jax():
-    code = "import sys; from cvae_rosetta.cli import main\ntry: main(['--version'])\n"
+@pytest.mark.parametrize("argv", [["--version"], ["impls"]])
+def test_version_and_impls_start_no_jax(argv):
+    code = f"import sys; from cvae_rosetta.cli import main\ntry: main({argv!r})\n"
     code += "except SystemExit: pass\nprint('jax' in sys.modules, file=sys.stderr)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr.strip() == "False", done.stderr
+    if argv == ["impls"]:  # the built-ins listed, read from the entry points alone
+        listed = [line.split()[0] for line in done.stdout.splitlines()]
+        assert listed[:6] == ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox", "keras"]
 
 
 def _has(platform: str) -> bool:

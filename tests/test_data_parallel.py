@@ -78,7 +78,7 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
     [
         (
             ["--data-parallel", "pmap", "--devices", "3"],
-            "(data.batch_size): expected a multiple of --devices",
+            "--devices (train.devices), data.batch_size: expected a batch size that is a multiple",
         ),
         (["--devices", "2"], "--devices (train.devices): expected 1 with --data-parallel 'none'"),
         (

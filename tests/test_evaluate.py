@@ -347,6 +347,7 @@ def test_compare_evaluates_every_implementation(tmp_path, capsys):
         assert isinstance(row[key], float), key
     text = capsys.readouterr().out
     assert "gen acc" in text and "SVC scores" in text
+    assert "\nsynthetic: 1 implementation, 1 epoch, batch 64, " in text  # counted, not "1 epochs"
     report = json.loads((out / "pure_jax" / "evaluation.json").read_text())
     assert report["posterior_collapse"] is True and report["collapse_kl"] == evaluate.COLLAPSE_KL
     assert row["posterior_collapse"] is True and row["active"].endswith(" collapsed")

@@ -512,8 +512,11 @@ def launch(
     port: int | None = None,
     timeout: float | None = None,
     oversubscribe: bool = False,
+    check: Callable[[list[str]], None] | None = None,
 ) -> int:
     """Run ``cvae COMMAND --distributed ...`` as ``num_processes`` local processes on loopback.
+    ``check(command)`` refuses the train command before any process starts, after the launch's
+    own checks.
 
     Returns 0 when every process succeeds, else the status of the first that failed: a process
     killed by a signal counts as 128 + the signal, and the launcher says which process it was
@@ -538,6 +541,8 @@ def launch(
     if timeout is not None and (not _is_number(timeout) or not timeout > 0):
         raise ConfigError(f"timeout: expected a number of seconds > 0, got {timeout!r}")
     resources.check_launch(num_processes, oversubscribe=oversubscribe)
+    if check is not None:
+        check(command)
     coordinator = f"127.0.0.1:{port or free_port()}"
     run = _Launch(num_processes, command, coordinator, grace=GRACE, lost_grace=LOST_GRACE)
     return run.run(timeout)

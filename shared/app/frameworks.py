@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from typing import TYPE_CHECKING
 
 import cvae_rosetta
-from cvae_rosetta.spec import protocol, registry
+from cvae_rosetta.spec import registry
 from cvae_rosetta.spec.errors import ImplementationNotFound
+
+if TYPE_CHECKING:  # the protocol imports JAX: cvae impls lists without it
+    from cvae_rosetta.spec import protocol
 
 DISTRIBUTION = "cvae-rosetta"
 
@@ -32,7 +36,7 @@ class Known:
     version: str | None
 
 
-def _info(name: str) -> protocol.ImplInfo | None:
+def _info(name: str) -> registry.ImplInfo | None:
     """What the registry says of ``name`` alone (another implementation's file is not read)."""
     return registry.info(name)
 
@@ -58,9 +62,10 @@ def version(distribution: str) -> str | None:
 
 
 def known() -> list[Known]:
-    """:func:`cvae_rosetta.spec.protocol.known`, with each framework's distribution and version."""
+    """:func:`cvae_rosetta.spec.registry.known` (what the protocol lists, without importing JAX or
+    a framework), with each framework's distribution and version."""
     rows = []
-    for info in protocol.known():
+    for info in registry.known():
         framework = info.about.distribution
         rows.append(Known(info.name, info.target, info.installed, framework, version(framework)))
     return rows
@@ -69,6 +74,8 @@ def known() -> list[Known]:
 def load(name: str) -> protocol.Implementation:
     """:func:`cvae_rosetta.spec.protocol.load`; refusing a registered implementation because its
     framework is not installed, it also says how to install it."""
+    from cvae_rosetta.spec import protocol
+
     try:
         return protocol.load(name)
     except ImplementationNotFound as err:

@@ -6,6 +6,7 @@ implementations.
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,8 +73,10 @@ def check_impl_names(names: Sequence[str], field: str = "impl") -> None:
             f"{i.name} ({'installed' if i.installed else 'not installed'})"
             for i in registry.known()
         )
+        close = difflib.get_close_matches(name.replace("-", "_").lower(), sorted(registered), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         raise ImplementationNotFound(
-            f"{field}: expected a known implementation or 'module:attribute', got {name!r}; "
+            f"{field}: expected a known implementation or 'module:attribute', got {name!r}{hint}; "
             f"known implementations: {listing}"
         )
 

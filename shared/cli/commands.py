@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from cvae_rosetta.cli.checks import check_impl_names
+from cvae_rosetta.cli.flags import resolve_config
 from cvae_rosetta.cli.jaxstart import start_jax
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -50,6 +51,36 @@ def cmd_launch(args: argparse.Namespace) -> int:
         port=args.port,
         timeout=args.timeout,
         oversubscribe=args.oversubscribe,
+        check=lambda command: _check_launched_train(args, command),
+    )
+
+
+def _check_launched_train(args: argparse.Namespace, command: list[str]) -> None:
+    """The train command's flags and config, refused here, as typed, before any process starts
+    (each would take seconds to start JAX and then refuse them): a new run of several processes
+    shares every batch between them, so it needs a data-parallel mechanism that spans them."""
+    from cvae_rosetta.app.distributed import DISTRIBUTED_MECHANISMS
+    from cvae_rosetta.cli.parser import build_parser
+
+    inner = build_parser().parse_args(command)  # argparse's refusals: one line, status 2
+    if inner.resume is not None:
+        return  # the run's own config.json says how it goes on
+    try:
+        resolved = resolve_config(inner)
+    finally:  # a refusal names the train command's flags as typed
+        args.typed = getattr(inner, "typed", None)
+    mechanism = resolved.config.train.data_parallel
+    if mechanism in DISTRIBUTED_MECHANISMS:
+        return
+    if "train.data_parallel" in resolved.sources:  # typed, or set by --config
+        raise ConfigError(
+            f"train.data_parallel: expected one of {', '.join(DISTRIBUTED_MECHANISMS)} in a run "
+            f"of several processes (each takes a share of every batch), got {mechanism!r}"
+        )
+    raise ConfigError(
+        f"num_processes: expected a train command with --data-parallel "
+        f"{' or '.join(DISTRIBUTED_MECHANISMS)} for {args.num_processes} processes (each takes a "
+        f"share of every batch), got none (its default)"
     )
 
 

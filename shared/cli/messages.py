@@ -83,11 +83,16 @@ def _flag_of(match: re.Match[str]) -> str:
 
 def _as_typed(fields: str, typed: Mapping[str, str]) -> str:
     """``model.encoder_dims[1]`` as ``--encoder-dims (model.encoder_dims[1])`` where the user typed
-    ``--encoder-dims``; unchanged where the value came from a file."""
+    ``--encoder-dims``; unchanged where the value came from a file or a default. Of several
+    fields, those typed are shown as their flags: ``--devices (train.devices), data.batch_size``.
+    """
     names = [name.strip() for name in fields.split(",")]
     flags = [typed.get(name.split("[")[0]) for name in names]
-    if not all(flags):
+    if not any(flags):
         return fields
+    if not all(flags):  # each field the user typed as its flag, the others as they are
+        shown = zip(flags, names, strict=True)
+        return ", ".join(f"{flag} ({name})" if flag else name for flag, name in shown)
     return f"{', '.join(dict.fromkeys(flags))} ({fields})"  # type: ignore[arg-type]
 
 

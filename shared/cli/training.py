@@ -192,10 +192,12 @@ def _resume_compare(args: argparse.Namespace) -> int:
 
 def _print_comparison(rows: list[dict[str, Any]], dataset: Any, out: Path, config: Any) -> None:
     from cvae_rosetta.app import compare
+    from cvae_rosetta.app.trainer import counted
 
     print()
+    impls, epochs = counted(len(rows), "implementation"), counted(config.train.epochs, "epoch")
     print(
-        f"{dataset.name}: {len(rows)} implementations, {config.train.epochs} epochs, batch "
+        f"{dataset.name}: {impls}, {epochs}, batch "
         f"{config.data.batch_size}, same initial parameters and keys "
         f"(max |dparam| against {rows[0]['reference']})"
     )

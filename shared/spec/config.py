@@ -273,8 +273,9 @@ class Config:
                 raise field_error(ConfigError, f.name, expected, value)
         if self.data.batch_size % self.train.devices:
             raise ConfigError(
-                f"data.batch_size: expected a multiple of train.devices ({self.train.devices}: "
-                f"every device takes the same number of rows), got {self.data.batch_size}"
+                f"train.devices, data.batch_size: expected a batch size that is a multiple of the "
+                f"devices (every device takes the same number of rows), got {self.train.devices} "
+                f"devices and a batch of {self.data.batch_size}"
             )
 
     def to_dict(self) -> dict[str, Any]:
