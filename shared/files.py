@@ -283,6 +283,26 @@ RUN_AGAIN = (
 )
 
 
+def native_stdout(*, to_stderr: bool) -> None:
+    """Point file descriptor 1 at stderr (``to_stderr``) or the null device for the rest of the
+    process, ``sys.stdout`` going on to the real stdout through a copy of it: what native code
+    prints there (gloo's "[Gloo] Rank 0 is connected to 1 peer ranks") is not the command's
+    output. Only where ``sys.stdout`` is the process's own (file descriptor 1), not a test's
+    capture, and once."""
+    if sys.__stdout__ is None or sys.stdout is not sys.__stdout__ or _REAL_STDOUT:
+        return
+    sys.stdout.flush()
+    real = os.dup(1)
+    target = os.dup(2) if to_stderr else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target, 1)
+    os.close(target)
+    _REAL_STDOUT.append(real)
+    sys.stdout = open(real, "w", buffering=1, encoding=sys.__stdout__.encoding, closefd=False)  # noqa: SIM115
+
+
+_REAL_STDOUT: list[int] = []
+
+
 def silence_stderr() -> None:
     """Send file descriptor 2 to the null device for the rest of the process: what a failed
     library's threads still print while the process ends is not the process's to say (only when

@@ -261,6 +261,31 @@ def test_version_and_impls_start_no_jax(argv):
         assert listed[:6] == ["pure_jax", "flax_linen", "flax_nnx", "haiku", "equinox", "keras"]
 
 
+STOP_DURING_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class StopHere(importlib.abc.MetaPathFinder):  # SIGTERM while the CLI's modules are imported
+    def find_spec(self, name, path, target=None):
+        if name == "cvae_rosetta.cli.exits":
+            os.kill(os.getpid(), SIGNAL)
+        return None
+
+sys.meta_path.insert(0, StopHere())
+from cvae_rosetta.cli import main
+sys.exit(main(["impls"]))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_the_cli_is_imported_is_one_line(signum):
+    code = STOP_DURING_IMPORT.replace("SIGNAL", str(int(signum)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signum and not done.stdout, done
+    name = signal.Signals(signum).name
+    line = f"cvae: stopped by {name} while starting, nothing written; run the same command\n"
+    assert done.stderr == line
+
+
 def _has(platform: str) -> bool:
     """Whether JAX may find ``platform`` here (its plugin is installed)."""
     if platform == "tpu":

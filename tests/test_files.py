@@ -247,3 +247,17 @@ def test_the_metrics_log_names_its_file_when_its_close_fails_after_a_failed_writ
     with pytest.raises(files.WriteFailed, match="metrics.jsonl"):
         log.close()
     real.close()
+
+
+@pytest.mark.parametrize("to_stderr", [False, True])
+def test_native_output_leaves_stdout_to_the_command(to_stderr):
+    """What native code writes on file descriptor 1 (gloo's connection lines) leaves stdout:
+    to stderr with --verbose, else nowhere; Python's own prints stay on stdout."""
+    code = (
+        "import os, sys\nfrom cvae_rosetta import files\n"
+        f"files.native_stdout(to_stderr={to_stderr})\n"
+        "os.write(1, b'[Gloo] Rank 0 is connected to 1 peer ranks.\\n')\nprint('cvae: mine')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "cvae: mine\n", done
+    assert done.stderr == ("[Gloo] Rank 0 is connected to 1 peer ranks.\n" if to_stderr else "")

@@ -188,15 +188,22 @@ def run_as(environ: dict[str, str], args: list[str], cwd: Path) -> subprocess.Po
 
 def both(scheduler, args: list[str], cwds: tuple[Path, Path]) -> list[tuple[int, list[str]]]:
     """Processes 0 and 1 of one job under ``scheduler``'s environment; each one's status and
-    stderr lines (gloo's chatter dropped, as the launcher drops it)."""
+    stderr lines (gloo's chatter dropped, as the launcher drops it). What each printed on stdout
+    is kept in :data:`STDOUT`, and holds none of gloo's chatter (file descriptor 1 is not
+    stdout's once a process joins: files.native_stdout)."""
     job = free_job()
     procs = [run_as(scheduler(job, rank), args, cwd) for rank, cwd in enumerate(cwds)]
     ended = []
     for proc in procs:
-        _, err = outputs(proc, WAIT)
+        out, err = outputs(proc, WAIT)
+        assert "Gloo" not in out, out
+        STDOUT.append(out)
         lines = [line for line in err.splitlines() if distributed.without_chatter(line)]
         ended.append((proc.returncode, lines))
     return ended
+
+
+STDOUT: list[str] = []
 
 
 def params(run: Path) -> dict[str, np.ndarray]:
@@ -226,6 +233,10 @@ def test_two_processes_under_a_scheduler_equal_cvae_launch_bit_for_bit(
     args = ["train", "--distributed", *RUN, "--out", "run"]
     (s0, err0), (s1, err1) = both(scheduler, args, (tmp_path, tmp_path))
     assert (s0, s1) == (0, 0), (err0, err1)
+    assert STDOUT[-1] == (  # process 1's one line, where process 0 prints the run's summary
+        "cvae: process 1 of 2 done; process 0 wrote the run's outputs in run\n"
+    )
+    assert STDOUT[-2].startswith("pure_jax on synthetic: ")
     name = "SLURM" if scheduler is slurm else "Open MPI"
     for rank, err in enumerate((err0, err1)):
         assert err[0].startswith(f"cvae: joining the run as process {rank} of 2, coordinator ")
@@ -334,18 +345,23 @@ def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_pa
 
 @pytest.mark.faults
 def test_an_out_the_processes_do_not_share_is_refused_before_anything_is_written(tmp_path):
+    """A relative --out from two working folders: two folders, each named; process 0 removes
+    what it made for its token, the parent folder too."""
     cwds = (tmp_path / "a", tmp_path / "b")
     for cwd in cwds:
         cwd.mkdir()
-    args = ["train", "--distributed", *RUN, "--out", "run"]
+    args = ["train", "--distributed", *RUN, "--out", "runs/run"]
     ended = both(slurm, args, cwds)
+    line = (
+        "cvae: error: --out: expected the same folder for every process, got different ones "
+        f"(process 0 {cwds[0]}/runs/run, process 1 {cwds[1]}/runs/run; a relative --out is taken "
+        "from each process's working folder)"
+    )
     for (status, err), cwd in zip(ended, cwds, strict=True):
         assert status == 2, err
         assert len(err) == 2 and "Traceback" not in "\n".join(err), err  # joining, then the line
-        assert err[1].startswith("cvae: error: --out: expected one folder that every process sees")
-        assert "process 1 of 2 does not see what process 0 wrote" in err[1]
-        assert "put --out on a filesystem every process sees" in err[1]
-        assert list(cwd.iterdir()) == []  # nothing written, process 0's token gone
+        assert err[1] == line
+        assert list(cwd.iterdir()) == []  # nothing written, process 0's token and runs/ gone
 
 
 def test_the_resume_command_under_a_scheduler_is_its_line_again(monkeypatch):

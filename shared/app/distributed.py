@@ -200,13 +200,14 @@ class Cluster:
         """Refuse, before the first step, an ``out`` that is not one folder for every process
         (node-local disks, or a relative path from different working folders): process 0 writes a
         token into it, every process looks for it after a collective, and they agree on what
-        they saw. The token (and the folder, if it made it) is removed again either way."""
+        they saw. The token (and the folders it made for it) is removed again either way. Where the
+        processes were given different folders, the refusal names each process's."""
         import numpy as np
         from jax.experimental import multihost_utils
 
         out = Path(out).expanduser()
         number = secrets.randbits(31) if self.process_id == 0 else 0
-        made = self.process_id == 0 and not out.exists()
+        made = [] if self.process_id else [d for d in (out, *out.parents) if not d.exists()]
         if self.process_id == 0:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{SHARED_TOKEN}{number}").write_text(self.coordinator)
@@ -219,10 +220,17 @@ class Cluster:
         )
         if self.process_id == 0:
             token.unlink(missing_ok=True)
-            if made:
-                out.rmdir()
+            for folder in made:  # out, then each parent it took, deepest first
+                folder.rmdir()
         if any(blind):
             which = [str(i) for i, flag in enumerate(blind) if flag]
+            paths = self._paths(out)
+            if len(set(paths)) > 1:
+                named = ", ".join(f"process {i} {p}" for i, p in enumerate(paths))
+                raise ConfigError(
+                    f"out: expected the same folder for every process, got different ones "
+                    f"({named}; a relative --out is taken from each process's working folder)"
+                )
             raise ConfigError(
                 f"out: expected one folder that every process sees, got {out} ({out.resolve()} "
                 f"for process {self.process_id}), where process {', '.join(which)} of "
@@ -230,6 +238,17 @@ class Cluster:
                 "(put --out on a filesystem every process sees, as an absolute path where their "
                 "working folders differ)"
             )
+
+    def _paths(self, out: Path, room: int = 4096) -> list[str]:
+        """Every process's ``out`` as an absolute path (one all-gather of ``room`` bytes each)."""
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        mine = np.zeros(room, np.uint8)
+        encoded = os.fsencode(out.absolute())[:room]
+        mine[: len(encoded)] = np.frombuffer(encoded, np.uint8)
+        gathered = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, room)
+        return [os.fsdecode(bytes(row).rstrip(b"\0")) for row in gathered]
 
     def agree(self, *values: int) -> tuple[int, ...]:
         """Each value's maximum over all processes (one small all-gather): how the processes

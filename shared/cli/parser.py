@@ -278,6 +278,13 @@ def _add_distributed_flags(parser: argparse.ArgumentParser) -> None:
         metavar="I",
         help="this process's number, 0 to P-1 (process 0 writes the run directory)",
     )
+    group.add_argument(
+        "--verbose",
+        action="store_true",
+        help="in a run of several processes, show what native libraries print (gloo's "
+        "connection lines) on stderr; without it they are dropped, and stdout holds only "
+        "cvae's own lines",
+    )
 
 
 def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:

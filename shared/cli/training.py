@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume is not None:
         changes = {name: value for name, value in _given_values(args, given)}
         cluster = _check_resume_flags(args)  # this process's place, if one of several
-        _say_where(cluster)
+        _say_where(cluster, args.verbose)
         with distributed.lost_peers(cluster, args.resume):
             outcome = train.resume(args.resume, options, changes=changes, join=cluster)
     else:
@@ -110,13 +111,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             devices_given="train.devices" in given,
         )
         workdir = args.out or train.default_workdir(options.impl)
-        _say_where(cluster)
+        _say_where(cluster, args.verbose)
         with distributed.lost_peers(cluster, workdir):
             outcome = train.train_and_evaluate(
                 config, workdir, options, given=given, cluster=cluster
             )
-    if cluster is not None and cluster.process_id != 0:
-        return train.exit_status(outcome)  # process 0 says what happened
+    if cluster is not None and cluster.process_id != 0:  # process 0 says what happened
+        print(_other_process_line(cluster, outcome), file=sys.stderr if outcome.stopped else None)
+        return train.exit_status(outcome)
     if outcome.stopped:
         going_on = distributed.resume_command(cluster)
         print(f"cvae: {train.describe_stop(outcome, going_on)}", file=sys.stderr)
@@ -236,10 +238,26 @@ def _place(args: argparse.Namespace) -> Any:
     )
 
 
-def _say_where(place: Any) -> None:
-    """The run's first line where a scheduler placed this process: which, and what it gave."""
+def _say_where(place: Any, verbose: bool) -> None:
+    """The run's first line where a scheduler placed this process: which, and what it gave.
+    In a run of several processes, what native libraries print on file descriptor 1 (gloo's
+    connection lines as the processes connect) is kept off stdout, which holds the command's own
+    lines: on stderr with ``--verbose``, else nowhere (:func:`cvae_rosetta.files.native_stdout`)."""
+    from cvae_rosetta import files
+
+    if place is not None:
+        files.native_stdout(to_stderr=verbose)
     if place is not None and place.scheduler:
         print(f"cvae: joining the run as {place.describe()}", file=sys.stderr, flush=True)
+
+
+def _other_process_line(cluster: Any, outcome: Any) -> str:
+    """The one line of a process other than process 0 as it ends: with the others, where."""
+    where = f"process {cluster.process_id} of {cluster.num_processes}"
+    if outcome.stopped:
+        name = signal.Signals(outcome.stopped_by).name
+        return f"cvae: {where} stopped by {name} with the others; process 0 says how to go on"
+    return f"cvae: {where} done; process 0 wrote the run's outputs in {outcome.workdir}"
 
 
 def _given_values(args: argparse.Namespace, given: set[str]):
