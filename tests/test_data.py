@@ -130,6 +130,22 @@ def test_idx_round_trip_through_load_and_fashion_name(tmp_path):
     assert_matches(ds, arrays)
 
 
+@pytest.mark.parametrize(
+    ("blank", "name", "other"), [(0.81, "fashion_mnist", "MNIST"), (0.5, "mnist", "Fashion-MNIST")]
+)
+def test_files_of_the_other_set_are_named_in_a_warning(tmp_path, capsys, blank, name, other):
+    arrays = fake_mnist(seed=2, n_train=40)
+    for part in ("train_x", "test_x"):
+        x = arrays[part]
+        x[np.random.default_rng(3).random(x.shape) < blank] = 0
+    write_idx_set(tmp_path, arrays)
+    data.load_mnist(tmp_path, name=name)
+    said = capsys.readouterr().err
+    assert said.startswith(f"cvae: warning: {tmp_path}: these images look like {other}'s, not ")
+    data.load_mnist(tmp_path, name="mnist" if name == "fashion_mnist" else "fashion_mnist")
+    assert capsys.readouterr().err == ""  # named as what they look like: nothing to say
+
+
 def test_plain_idx_file_wins_over_gz(tmp_path):
     arrays = fake_mnist()
     write_idx_set(tmp_path, arrays)

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -421,6 +422,23 @@ def test_bad_input_is_one_line_and_loses_nothing(trained, tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file()} == before
     assert main(["evaluate"]) == 2
     assert "--run: expected a run directory" in capsys.readouterr().err
+
+
+def test_a_run_another_process_writes_is_refused_naming_that_process(trained, tmp_path, capsys):
+    """As cvae train holds a run it is writing (no params.npz yet): the holder is named, not a
+    missing file."""
+    out = _copy_run(trained, tmp_path / "being_written")
+    (out / "params.npz").unlink()
+    before = (out / "evaluation.json").read_bytes()
+    with run.RunLock.acquire(out, command="train", field="out"):
+        assert main(["evaluate", "--run", str(out)]) == 2
+    line = capsys.readouterr().err
+    assert line.startswith(
+        f"cvae: error: --run: expected a run no other process is writing, got {out}, held by pid "
+        f"{os.getpid()} on "
+    )
+    assert line.endswith(" (train); try again once that process ends\n") and "\n" not in line[:-1]
+    assert (out / "evaluation.json").read_bytes() == before  # nothing rewritten
 
 
 def test_train_refuses_bad_iw_samples_before_writing(tmp_path, capsys):

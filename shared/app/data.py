@@ -27,6 +27,7 @@ import importlib.util
 import math
 import os
 import struct
+import sys
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -308,7 +309,24 @@ def load_mnist(data_dir: str | os.PathLike[str] | None, name: str = "mnist") -> 
     except InputError as err:
         part = str(err).split(":", 1)[0].removeprefix(f"{name}.").replace(".", "_")
         raise InputError(f"{err} (read from {source.get(part, directory)})") from err
+    if (other := _looks_like(ds.train.x)) not in (None, name):
+        print(
+            f"cvae: warning: {directory}: these images look like {_TITLES[other]}'s, not "
+            f"{title}'s ({np.mean(ds.train.x == 0):.0%} of the training pixels are blank; MNIST "
+            "has about 81%, Fashion-MNIST about 50%)",
+            file=sys.stderr,
+        )
     return ds
+
+
+def _looks_like(x: np.ndarray) -> str | None:
+    """Which of the two sets training images look like by their share of blank pixels (0): MNIST's
+    digits leave about 81% blank, Fashion-MNIST's clothes about 50%; ``None`` for anything else
+    (made-up images, noise)."""
+    blank = float(np.mean(x == 0))
+    if blank > 0.7:
+        return "mnist"
+    return "fashion_mnist" if 0.35 < blank < 0.65 else None
 
 
 def synthetic(

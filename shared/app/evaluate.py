@@ -627,6 +627,7 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
             "it does not"
         )
     for r in runs:
+        rundir.refuse_if_held(r.directory, field="run_dir")  # a run being trained: say by whom
         if not (r.directory / PARAMS_FILE).is_file():
             raise OutputError(
                 f"run_dir: expected the trained parameters {r.directory / PARAMS_FILE} "

@@ -494,6 +494,27 @@ def _same_file(descriptor: int, path: Path) -> bool:
     return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
 
 
+def refuse_if_held(directory: Path, *, field: str) -> None:
+    """Refuse, naming its holder, a run directory another live process holds (a run still being
+    written), without taking the lock: for a reader that checks before it reads."""
+    path = Path(directory) / LOCK_FILE
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        holder = _read_holder(descriptor)
+        held = RunLock._lock(descriptor)
+    finally:
+        os.close(descriptor)  # drops the lock this check may have taken
+    if held is True or (held is None and not (holder and _alive(holder))):
+        return  # nobody holds it (where files cannot be locked, no live process's record)
+    raise OutputError(
+        f"{field}: expected a run no other process is writing, got {directory}, held by "
+        f"{describe_holder(holder)}; try again once that process ends"
+    )
+
+
 def _read_holder(descriptor: int) -> dict[str, Any]:
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0) or b"{}")
