@@ -175,6 +175,22 @@ def test_the_test_curve_of_a_run_is_drawn_above_a_light_train_line_in_its_own_co
     assert "test" in texts
 
 
+def test_the_running_mean_ends_on_a_mean_and_a_long_run_is_scaled_to_where_it_converged():
+    values = np.ones(400)
+    values[-1] = 41.0  # one raw step at the end: the mean of the last half window, not a dip
+    mean, window = charts._running_mean(values)
+    assert mean[-1] == pytest.approx((window // 2 + 41.0) / (window // 2 + 1))
+    assert mean[0] == 1.0 and mean[200] == 1.0
+
+    step = np.arange(1, 3001)  # a long run: 200 nats at first, then about 20
+    loss = 20 + 180 * np.exp(-step / 30) + np.random.default_rng(0).normal(0, 0.5, step.size)
+    curves = {"train loss": list(zip(step, loss, strict=True)), "test loss": [(3000, 20.0)]}
+    (ax,) = [a for a in charts.metric_figure({"r": curves}).axes if a.get_visible()]
+    assert ax.get_ylim()[1] < 30 and "first steps above" in [t.get_text() for t in ax.texts]
+    (ax,) = [a for a in charts.metric_figure({"r": run_curves()}).axes if a.get_visible()]
+    assert ax.get_ylim()[1] > 45 and not ax.texts  # its first steps are within its range
+
+
 def test_several_runs_keep_a_colour_each_and_their_test_curves_on_top():
     from matplotlib.colors import to_rgba
 

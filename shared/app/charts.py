@@ -123,15 +123,40 @@ def _check_curves(curves: Any) -> list[tuple[str, str, np.ndarray]]:
 
 
 def _running_mean(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """A centred running mean over about a fortieth of the series (at least 3 points), its window
-    shrinking towards the ends so that it neither lags nor flattens the first steps; and the
-    window."""
+    """A centred running mean over about a fortieth of the series (at least 3 points), and the
+    window. Towards the start the window shrinks on both sides, so that it neither lags nor
+    flattens the first steps; towards the end only its later side shrinks, so that the last point
+    is the mean of the last half window, not one raw step."""
     n = len(values)
     half = max(1, round(n / 80))
     sums = np.concatenate([[0.0], np.cumsum(values)])
     index = np.arange(n)
-    reach = np.minimum(half, np.minimum(index, n - 1 - index))
-    return (sums[index + reach + 1] - sums[index - reach]) / (2 * reach + 1), 2 * half + 1
+    before = np.minimum(half, index)
+    after = np.minimum(before, n - 1 - index)
+    return (sums[index + after + 1] - sums[index - before]) / (before + after + 1), 2 * half + 1
+
+
+LATE = 0.1  # the share of a long series' first points the y axis may leave above it
+"""A long run's first steps fall far (a loss from hundreds of nats to tens); scaled to them, the
+rest, where the runs differ, would be a flat line. The axis is fit to what follows the first
+tenth, and what it leaves out is said on the panel."""
+
+
+def _fit_late(ax: Any, lines: list[tuple[str, str, np.ndarray]]) -> None:
+    """Fit ``ax``'s y axis to the points after the first :data:`LATE` of each long series where
+    the first ones would squash them (more than three times their range), saying so."""
+    long = [p for _, _, p in lines if len(p) > MARKER_MAX_POINTS]
+    if not long:
+        return
+    late = np.concatenate([p[int(len(p) * LATE) :, 1] for p in long])
+    every = np.concatenate([p[:, 1] for _, _, p in lines])
+    low, high = float(np.min(every)), float(np.quantile(late, 0.995))
+    if float(np.max(every)) - low <= 3 * (high - low) or high <= low:
+        return
+    margin = 0.05 * (high - low)
+    ax.set_ylim(low - margin, high + margin)
+    ax.annotate("first steps above", (0.01, 0.98), xycoords="axes fraction", va="top",
+                fontsize=7, color="0.4")  # fmt: skip
 
 
 def _series_styles(panels: list[tuple[str, list[tuple[str, str, np.ndarray]]]]) -> dict[str, Any]:
@@ -267,6 +292,7 @@ def curves_figure(
             key = _kind(series) or series
             window = _plot_series(ax, points, _kind(series), colour(run, key), styles[key])
             windows |= {window} if window else set()
+        _fit_late(ax, lines)
         if all(float(x).is_integer() for _, _, p in lines for x in p[:, 0]):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if panel_title:
