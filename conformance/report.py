@@ -162,7 +162,9 @@ def diagnosis(checks: dict[str, dict]) -> dict | None:
 def diagnosis_line(name: str, found: dict) -> str:
     later = found["later_failures"]
     follow = (
-        "no later failures"
+        "the suite stopped there, the rest not run"  # plugin.UNWRITTEN: a part not written yet
+        if "raised NotImplementedError" in found["message"]
+        else "no later failures"
         if not later
         else "1 later failure (fix this one first: it may follow from it)"
         if later == 1

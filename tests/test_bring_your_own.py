@@ -35,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from cvae_rosetta.conformance import plugin
+
 pytestmark = pytest.mark.suite_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,12 +297,15 @@ def test_fill_fails_loudly():
 
 def test_the_unfilled_template_fails_the_suite(tmp_path):
     make_package(tmp_path, "raw_pkg", TEMPLATE.read_text())
-    result = suite(tmp_path, "raw_pkg.my_impl:implementation", "-x", timeout=120)
+    result = suite(tmp_path, "raw_pkg.my_impl:implementation", timeout=120)  # no -x: it stops
     output = result.stdout + result.stderr
     # it loaded (the header names it; a failed load is a usage error): the wiring is complete
     assert "from raw_pkg.my_impl" in output, output[-3000:]
-    assert result.returncode == 1, output[-3000:]  # 1: tests failed (not a usage error)
-    assert "NotImplementedError" in output, output[-3000:]
+    assert result.returncode == 2, output[-3000:]  # interrupted at the first unwritten part
+    assert "NotImplementedError: my_impl." in output and plugin.UNWRITTEN in output, output
+    assert "Interrupted: an implementation that raises NotImplementedError" in output
+    assert "the suite stopped there, the rest not run" in output
+    assert len(output.splitlines()) < 40, output  # one failure, not thousands of lines
 
 
 # --- the template, filled in ----------------------------------------------------------------------
