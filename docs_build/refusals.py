@@ -49,7 +49,10 @@ CASES: tuple[Case, ...] = (
         "train --batch-size 30 --devices 4 --data-parallel sharded",
         "--devices, --batch-size (train.devices, data.batch_size)",
     ),
-    Case("train --devices 3 --data-parallel sharded", "--devices (train.devices)"),
+    Case(
+        "train --devices 3 --data-parallel sharded",
+        "--devices, --batch-size (train.devices, data.batch_size)",
+    ),
     Case("train --batch-size 5000", "--batch-size (data.batch_size)"),
     Case("train --latent-dim abc", "--latent-dim (model.latent_dim)"),
     Case("train --latent-dim 100000000", "--latent-dim (model.latent_dim)"),

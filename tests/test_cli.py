@@ -444,10 +444,10 @@ def test_what_cannot_fit_the_machine_is_refused_in_one_line_before_any_work(tmp_
          "--devices, --batch-size (train.devices, data.batch_size): expected a batch size that is "
          "a multiple of the devices (every device takes the same number of rows), got 2 devices "
          "and a batch of 63"),
-        (["train", "--data-parallel", "sharded", "--devices", "3"],  # the batch size not typed
-         "--devices (train.devices), data.batch_size: expected a batch size that is a multiple of "
-         "the devices (every device takes the same number of rows), got 3 devices and a batch of "
-         "64"),
+        (["train", "--data-parallel", "sharded", "--devices", "3"],  # the batch size its default
+         "--devices, --batch-size (train.devices, data.batch_size): expected a batch size that is "
+         "a multiple of the devices (every device takes the same number of rows), got 3 devices "
+         "and a batch of 64"),
         (["train", "--max-steps", "0"], "--max-steps: expected an integer >= 1, got 0"),
     ],
 )  # fmt: skip

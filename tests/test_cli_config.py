@@ -263,6 +263,8 @@ def test_version_and_impls_start_no_jax(argv):
 
 STOP_DURING_IMPORT = """
 import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python sets it (a background job's
+# children start with SIGINT ignored)
 
 class StopHere(importlib.abc.MetaPathFinder):  # SIGTERM while the CLI's modules are imported
     def find_spec(self, name, path, target=None):

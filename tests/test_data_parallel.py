@@ -38,7 +38,7 @@ def test_config_names_each_data_parallel_field():
         TrainConfig(devices=2)
     with pytest.raises(ConfigError, match=r"train\.devices: expected an integer >= 1, got 0"):
         TrainConfig(data_parallel="pmap", devices=0)
-    with pytest.raises(ConfigError, match=r"data\.batch_size: expected a multiple of train\.dev"):
+    with pytest.raises(ConfigError, match=r"train\.devices, data\.batch_size: expected a batch si"):
         Config(data=DataConfig(batch_size=30), train=TrainConfig(data_parallel="pmap", devices=4))
 
 
@@ -78,7 +78,7 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
     [
         (
             ["--data-parallel", "pmap", "--devices", "3"],
-            "--devices (train.devices), data.batch_size: expected a batch size that is a multiple",
+            "--devices, --batch-size (train.devices, data.batch_size): expected a batch size that",
         ),
         (["--devices", "2"], "--devices (train.devices): expected 1 with --data-parallel 'none'"),
         (
@@ -126,6 +126,8 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
                 "sharded",
                 "--devices",
                 "3",
+                "--batch-size",
+                "63",
                 "--coordinator",
                 "127.0.0.1:9",
                 "--num-processes",
@@ -133,7 +135,7 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
                 "--process-id",
                 "0",
             ],
-            "expected a multiple of",
+            "--devices (train.devices): expected a multiple of --num-processes",
         ),
     ],
 )

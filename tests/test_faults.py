@@ -219,6 +219,8 @@ def test_sigterm_to_one_process_of_two_stops_both_after_the_same_step(tmp_path):
     status, stderr = term_one_process_of_two(out, after_step=40)
     assert status == 143, stderr
     step = stopped_step(stderr)
+    ended = "[1] cvae: process 1 of 2 ended with the others (SIGTERM); process 0 says where and how"
+    assert ended in stderr, stderr  # process 1's one line
     assert step % signals.AGREE_EVERY == 0 or step % 8 == 0, stderr  # an agreement point
     assert committed(out)[-1] == step and last_recorded_step(out) == step
     assert checkpoint.latest_of_run(out).step == step  # intact, and --resume goes on from it

@@ -60,9 +60,8 @@ def _check_launched_train(args: argparse.Namespace, command: list[str]) -> None:
     (each would take seconds to start JAX and then refuse them): a new run of several processes
     shares every batch between them, so it needs a data-parallel mechanism that spans them."""
     from cvae_rosetta.app.distributed import DISTRIBUTED_MECHANISMS
-    from cvae_rosetta.cli.parser import build_parser
 
-    inner = build_parser().parse_args(command)  # argparse's refusals: one line, status 2
+    inner = args.parse(command)  # cvae's parser; argparse's refusals: one line, status 2
     if inner.resume is not None:
         return  # the run's own config.json says how it goes on
     try:

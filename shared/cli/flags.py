@@ -211,8 +211,13 @@ def resolve_config(args: argparse.Namespace) -> Resolved:
                 overridden[key] = values[section][name]  # shown by --print-config
             values[section][name] = value
             sources[key] = flag
-    # the flags typed, for the refusals of this command (``in_flags``), however late they come
-    args.typed = {key: source for key, source in sources.items() if source in FLAGS}
+    # the flags of the fields a file did not set (typed, or left at their defaults), for the
+    # refusals of this command (``in_flags``), however late they come
+    args.typed = {
+        f"{section}.{name}": flag
+        for flag, (section, name, _, _) in FLAGS.items()
+        if sources.get(f"{section}.{name}", flag) in FLAGS
+    }
     try:
         config = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS})
     except ConfigError as err:

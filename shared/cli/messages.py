@@ -52,7 +52,8 @@ def in_flags(message: str, typed: Mapping[str, str] | None = None) -> str:
     expected ...``); one that came from a file or config.json stays as config.json names it. The
     name the message starts with becomes its flag (``--checkpoint-every: ...``); inside, config
     fields and options become flags (``lower --learning-rate``). ``typed`` maps each config field
-    set by a flag to that flag (``Resolved.typed``). A name without a flag passes unchanged."""
+    a file did not set (typed, or at its default) to its flag (``args.typed``). A name without a
+    flag passes unchanged."""
     typed = typed or {}
     *leads, last = message.split(": ")
     shown = [
@@ -83,16 +84,11 @@ def _flag_of(match: re.Match[str]) -> str:
 
 def _as_typed(fields: str, typed: Mapping[str, str]) -> str:
     """``model.encoder_dims[1]`` as ``--encoder-dims (model.encoder_dims[1])`` where the user typed
-    ``--encoder-dims``; unchanged where the value came from a file or a default. Of several
-    fields, those typed are shown as their flags: ``--devices (train.devices), data.batch_size``.
-    """
+    ``--encoder-dims`` or left it at its default; unchanged where a value came from a file."""
     names = [name.strip() for name in fields.split(",")]
     flags = [typed.get(name.split("[")[0]) for name in names]
-    if not any(flags):
+    if not all(flags):
         return fields
-    if not all(flags):  # each field the user typed as its flag, the others as they are
-        shown = zip(flags, names, strict=True)
-        return ", ".join(f"{flag} ({name})" if flag else name for flag, name in shown)
     return f"{', '.join(dict.fromkeys(flags))} ({fields})"  # type: ignore[arg-type]
 
 

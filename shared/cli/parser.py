@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start more processes than this machine has cores (or memory) for",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- train ARGS")
-    p.set_defaults(func=cmd_launch)
+    p.set_defaults(func=cmd_launch, parse=lambda argv: build_parser().parse_args(argv))
     _add_model_commands(sub)
     _add_bench_command(sub)
     return parser

@@ -256,7 +256,8 @@ def _other_process_line(cluster: Any, outcome: Any) -> str:
     where = f"process {cluster.process_id} of {cluster.num_processes}"
     if outcome.stopped:
         name = signal.Signals(outcome.stopped_by).name
-        return f"cvae: {where} stopped by {name} with the others; process 0 says how to go on"
+        going_on = "process 0 says where and how to go on"
+        return f"cvae: {where} ended with the others ({name}); {going_on}"
     return f"cvae: {where} done; process 0 wrote the run's outputs in {outcome.workdir}"
 
 
