@@ -434,10 +434,10 @@ def test_a_run_another_process_writes_is_refused_naming_that_process(trained, tm
         assert main(["evaluate", "--run", str(out)]) == 2
     line = capsys.readouterr().err
     assert line.startswith(
-        f"cvae: error: --run: expected a run no other process is writing, got {out}, held by pid "
-        f"{os.getpid()} on "
+        f"cvae: error: --run: expected a run directory no other process is writing, got {out}, "
+        f"held by pid {os.getpid()} on "
     )
-    assert line.endswith(" (train); try again once that process ends\n") and "\n" not in line[:-1]
+    assert line.endswith(" (train)\n") and "\n" not in line[:-1]
     assert (out / "evaluation.json").read_bytes() == before  # nothing rewritten
 
 

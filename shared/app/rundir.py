@@ -510,8 +510,8 @@ def refuse_if_held(directory: Path, *, field: str) -> None:
     if held is True or (held is None and not (holder and _alive(holder))):
         return  # nobody holds it (where files cannot be locked, no live process's record)
     raise OutputError(
-        f"{field}: expected a run no other process is writing, got {directory}, held by "
-        f"{describe_holder(holder)}; try again once that process ends"
+        f"{field}: expected a run directory no other process is writing, got {directory}, held "
+        f"by {describe_holder(holder)}"
     )
 
 

@@ -211,13 +211,15 @@ def resolve_config(args: argparse.Namespace) -> Resolved:
                 overridden[key] = values[section][name]  # shown by --print-config
             values[section][name] = value
             sources[key] = flag
-    # the flags of the fields a file did not set (typed, or left at their defaults), for the
-    # refusals of this command (``in_flags``), however late they come
-    args.typed = {
-        f"{section}.{name}": flag
-        for flag, (section, name, _, _) in FLAGS.items()
-        if sources.get(f"{section}.{name}", flag) in FLAGS
-    }
+    # the flags of the fields a file did not set (typed, or left at their defaults; on a resume,
+    # where the run's config.json holds the rest, only those typed), for the refusals of this
+    # command (``in_flags``), however late they come
+    resuming = getattr(args, "resume", None) is not None
+    args.typed = {}
+    for flag, (section, name, _, _) in FLAGS.items():
+        source = sources.get(f"{section}.{name}")
+        if source == flag or (source is None and not resuming):
+            args.typed[f"{section}.{name}"] = flag
     try:
         config = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS})
     except ConfigError as err:
