@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -281,6 +282,8 @@ def loss_axes(kind: str, term: str, b: int, model: ModelConfig) -> tuple[Axis, .
 
 
 def _fraction(factor: float) -> str:
+    if factor < 0:
+        return f"-{_fraction(-factor)}"
     if factor >= 1:
         return f"{factor:g} times"
     inverse = 1.0 / factor
@@ -289,33 +292,52 @@ def _fraction(factor: float) -> str:
     return f"{factor:.4g} times"
 
 
-def _candidates(axes: tuple[Axis, ...], notes: dict[float, str]) -> list[tuple[float, str, str]]:
-    """``(factor, how it reads, what would cause it)``: the reductions the spec does not do."""
+# factors any slip can make, how a sentence reads them, and what they are when combined with others
+GENERIC = {
+    2.0: ("twice", "a factor 2"),
+    0.5: ("half", "a factor 1/2"),
+    -1.0: ("the opposite sign of", "the opposite sign"),
+}
+
+
+def _factors(axes: tuple[Axis, ...], notes: dict[float, str]) -> list[tuple[float, str, bool]]:
+    """The elementary factors a mistake multiplies a quantity by: ``(factor, what would cause it,
+    whether it is generic)``: a reduction over one of ``axes`` the spec does not do, a factor
+    ``notes`` names (a config value, a known slip), a generic 2, 1/2 or -1."""
     found = []
-    single = []
     for axis in axes:
         if axis.size < 2:
             continue
         if axis.spec == "sum":
-            single.append((1.0 / axis.size, f"a mean over {axis.label} where the spec sums"))
+            found.append((1.0 / axis.size, f"a mean over {axis.label} where the spec sums", False))
         else:
-            single.append((float(axis.size), f"a sum over {axis.label} where the spec averages"))
-    found += [(f, _fraction(f), why) for f, why in single]
-    for i, (f1, why1) in enumerate(single):
-        for f2, why2 in single[i + 1 :]:
-            found.append((f1 * f2, _fraction(f1 * f2), f"{why1}, and {why2}"))
-    generic = {
-        2.0: "twice",
-        0.5: "half",
-        -1.0: "the opposite sign of",
-        -2.0: "-2 times",
-        -0.5: "-1/2 of",
-    }
-    for factor, reads in generic.items():
-        found.append((factor, reads, notes.get(factor, "")))
-    for factor, why in notes.items():
-        if factor not in generic:
-            found.append((factor, _fraction(factor), why))
+            found.append(
+                (float(axis.size), f"a sum over {axis.label} where the spec averages", False)
+            )
+    found += [(factor, why, False) for factor, why in notes.items()]
+    found += [(factor, words[1], True) for factor, words in GENERIC.items() if factor not in notes]
+    return found
+
+
+def _candidates(
+    axes: tuple[Axis, ...], notes: dict[float, str], most: int = 3
+) -> list[tuple[int, float, str, str]]:
+    """``(how many factors, their product, how it reads, what would cause it)``: every product of
+    up to ``most`` elementary factors (:func:`_factors`), at most one of them generic, none that
+    undoes another, fewest first. A single generic factor reads as itself, its cause unsaid unless
+    ``notes`` gives it."""
+    elementary = _factors(axes, notes)
+    found = []
+    for count in range(1, most + 1):
+        for combo in itertools.combinations(elementary, count):
+            factor = float(np.prod([f for f, _, _ in combo]))
+            if sum(generic for *_, generic in combo) > 1 or abs(factor - 1.0) < 1e-9:
+                continue
+            if count == 1 and combo[0][2]:
+                found.append((1, factor, GENERIC[factor][0], ""))
+                continue
+            reads = GENERIC[factor][0] if factor in GENERIC else _fraction(factor)
+            found.append((count, factor, reads, ", and ".join(why for _, why, _ in combo)))
     return found
 
 
@@ -342,21 +364,25 @@ def explain_ratio(
     rtol: float = 1e-3,
     show: bool = True,
 ) -> str | None:
-    """A sentence for ``got = factor * want`` when the factor is one a plausible mistake makes: a
-    reduction over one of ``hints.axes`` the spec does not do (``recon is 1/64 of the reference: a
-    mean over pixels where the spec sums``), a factor of 2, 1/2 or -1 (``hints.notes`` may say
-    what would cause one, or add factors of their own); None when no such factor fits within
-    ``rtol``."""
+    """A sentence for ``got = factor * want`` when the factor is one plausible mistakes make, alone
+    or up to three together: a reduction over one of ``hints.axes`` the spec does not do
+    (``recon is 1/64 of the reference: a mean over pixels where the spec sums``), a factor that
+    ``hints.notes`` names (a config value such as beta, a known slip), a factor of 2, 1/2 or -1.
+    The fewest factors that fit win; where several sets as small fit, each is named. None when no
+    product fits within ``rtol``."""
     axes, notes = hints.axes, hints.notes or {}
     got, want = float(got), float(want)
     if not (np.isfinite(got) and np.isfinite(want)) or want == 0.0:
         return None
     ratio = got / want
-    for factor, reads, why in _candidates(axes, notes):
-        if abs(ratio / factor - 1.0) <= rtol:
-            seen = f" ({got:.6g} against {want:.6g})" if show else ""
-            return f"{name} is {reads} the reference{seen}" + (f": {why}" if why else "")
-    return None
+    fits = [c for c in _candidates(axes, notes) if abs(ratio / c[1] - 1.0) <= rtol]
+    if not fits:
+        return None
+    fewest = [c for c in fits if c[0] == fits[0][0]]
+    reads = fewest[0][2]
+    why = "; or ".join(dict.fromkeys(c[3] for c in fewest if c[3]))
+    seen = f" ({got:.6g} against {want:.6g})" if show else ""
+    return f"{name} is {reads} the reference{seen}" + (f": {why}" if why else "")
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> str:

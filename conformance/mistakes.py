@@ -179,6 +179,26 @@ KL_NOTES = {
 }
 
 
+def beta_notes(term: str, beta: float, notes: dict[float, str] | None = None) -> dict[float, str]:
+    """``notes`` with the factors beta and 1/beta (``config.loss.beta``) named for ``term``
+    (``recon`` or ``kl``): a term reported or computed weighted where the spec's is not, or
+    divided by beta. A factor ``notes`` already names keeps both causes."""
+    found = dict(notes or {})
+    if beta in (0.0, 1.0):
+        return found
+    weighted = (
+        "kl reported weighted, beta * kl, where the spec's metrics report the unweighted term"
+        if term == "kl"
+        else "recon weighted by beta, where the spec weighs the KL term alone"
+    )
+    for factor, why in (
+        (beta, f"the factor is beta = {beta:g} (config.loss.beta): {weighted}"),
+        (1.0 / beta, f"the factor is 1/beta (config.loss.beta = {beta:g}): {term} divided by it"),
+    ):
+        found[factor] = f"{found[factor]}; or {why}" if factor in found else why
+    return found
+
+
 def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | None:
     """What explains the reconstruction term differing from the reference's, if anything: the
     sample ``z = mean + exp(0.5 * logvar) * eps`` drawn another way, the other loss kind, a
@@ -221,7 +241,8 @@ def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | 
     other = "mse" if kind == "bernoulli" else "bernoulli"
     if abs(got - recon(eps, other).recon) <= 1e-4 * abs(recon(eps, other).recon):
         return f"recon is the {other} reconstruction term where config.loss.kind is {kind!r}"
-    ratio = explain_ratio("recon", got, ref.recon, Hints(axes=loss_axes(kind, "recon", b, model)))
+    hints = Hints(axes=loss_axes(kind, "recon", b, model), notes=beta_notes("recon", beta))
+    ratio = explain_ratio("recon", got, ref.recon, hints)
     if ratio is not None:
         return ratio
     if kl_matches:
@@ -328,7 +349,7 @@ def assert_loss_matches(loss, metrics, inputs: LossInputs, *, what: str = "") ->
         f"{what}kl",
         rtol=RTOL,
         atol=1e-6,
-        hints=Hints(axes=loss_axes(kind, "kl", b, model), notes=KL_NOTES),
+        hints=Hints(axes=loss_axes(kind, "kl", b, model), notes=beta_notes("kl", beta, KL_NOTES)),
     )
     assert_close(
         recon,

@@ -42,15 +42,15 @@ from cvae_rosetta.conformance.common import (
     spec_noise,
     where_max,
 )
+from cvae_rosetta.conformance.hypotheses import explain_step
 from cvae_rosetta.conformance.mistakes import (
     KL_NOTES,
     Loaded,
     LossInputs,
     assert_loss_matches,
+    beta_notes,
     decode_mistake,
     encode_mistake,
-    optimizer_mistakes,
-    step_mistake,
     total_mistake,
 )
 from cvae_rosetta.conformance.strategies import (
@@ -354,8 +354,8 @@ def test_loss_gradients_and_train_step_match_reference(impl, case):
             rtol=1e-6,
             atol=1e-3 * lr,
             against="the reference update (the spec's clipped AdamW)",
-            explain=lambda: step_mistake(
-                stepped, optimizer_mistakes(case.params, ref.grads, optim), masks, 1e-3 * lr
+            explain=explain_step(
+                stepped, [(case.params, ref.grads)], optim, masks, 1e-3 * lr, want
             ),
         )
         # |g / (|g| + eps)| < 1; the slack is float32 rounding of p1 and of the update
@@ -503,7 +503,7 @@ def test_mse_loss_is_the_guides_definition(impl, case):
         atol=1e-6,
         against=guide,
         axes=loss_axes("mse", "kl", b, case.model),
-        notes=KL_NOTES,
+        notes=beta_notes("kl", beta, KL_NOTES),
     )
     assert_close(
         float(loss),

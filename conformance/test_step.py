@@ -13,7 +13,9 @@ at the usual clip norm cannot see whether the gradient was clipped; a clip norm 
 gradient down to Adam's ``eps`` can. Gradients that small also show where epsilon is added:
 Keras's and TensorFlow's Adam adds it to the uncorrected ``sqrt(v)``, an effective
 ``eps / sqrt(1 - b2^t)`` (31.6 times the spec's at the first step), which the usual gradients
-hide; the failure then names it (``mistakes.epsilon_mistakes``).
+hide. A failure names the way of writing the step that reproduces it, searched among the
+plausible ones (``hypotheses.search_step``): clipping after Adam or per variable, epsilon elsewhere,
+the decay coupled or unscaled, and their combinations.
 
 Every check here runs the step jitted (one compiled program per optimiser setting; run eagerly,
 every small operation of the update compiles on its own): they check the step's arithmetic, not its
@@ -43,12 +45,8 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.mistakes import (
-    LossInputs,
-    optimizer_mistakes,
-    step_mistake,
-    step_noise_mistake,
-)
+from cvae_rosetta.conformance.hypotheses import explain_step
+from cvae_rosetta.conformance.mistakes import LossInputs, step_noise_mistake
 from cvae_rosetta.spec.config import OptimConfig
 
 params, batch = common.params, common.batch  # the suite's parameters and batch
@@ -123,9 +121,7 @@ def test_clipping_is_applied_before_adam(impl):
             rtol=0,
             atol=1e-3 * lr,
             against="the reference update (the spec's clipped AdamW)",
-            explain=lambda: step_mistake(
-                got, optimizer_mistakes(params, ref.grads, optim), masks, 1e-3 * lr
-            ),
+            explain=explain_step(got, [(params, ref.grads)], optim, masks, 1e-3 * lr, want),
         )
 
 
@@ -147,7 +143,7 @@ def assert_first_step(start, got, grads, optim: OptimConfig, what: str = "after 
             rtol=1e-6,
             atol=atol,
             against="the reference update (the spec's clipped AdamW)",
-            explain=lambda: step_mistake(got, optimizer_mistakes(start, grads, optim), masks, atol),
+            explain=explain_step(got, [(start, grads)], optim, masks, atol, want),
         )
         bound = optim.learning_rate * (1 + 1e-4) + optim.learning_rate * optim.weight_decay * (
             np.abs(p0) + 1e-6

@@ -114,6 +114,59 @@ def mse_summed_over_pixels():
     return pipeline(objective=make_objective(mse_pixel_reduce=jnp.sum))
 
 
+def _bernoulli_mean_over_pixels(logits, x):
+    logits = logits.astype(jnp.float32)
+    return jnp.mean(jax.nn.softplus(logits) - logits * x.astype(jnp.float32), axis=-1)
+
+
+@bug
+def bernoulli_mean_over_pixels():
+    """The Bernoulli term averaged over pixels, ``optax.sigmoid_binary_cross_entropy(...).mean()``
+    over every element, where the spec sums over pixels and averages over the batch."""
+    return pipeline(objective=make_objective(recon=_bernoulli_mean_over_pixels))
+
+
+@bug
+def kl_mean_over_latent_dimensions():
+    """The KL term averaged over latent dimensions (``jnp.mean(kl_terms(...))`` over every element)
+    where the Bernoulli loss sums them."""
+    return pipeline(objective=make_objective(kl_latent_reduce=jnp.mean))
+
+
+@bug
+def kl_missing_half_and_averaged():
+    """Two slips in one term: the KL without its 0.5, and averaged over latent dimensions."""
+    return pipeline(
+        objective=make_objective(
+            kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv, kl_latent_reduce=jnp.mean
+        )
+    )
+
+
+@bug
+def kl_reported_weighted():
+    """``metrics["kl"]`` reported as ``beta * kl``, the term as it enters the loss, while the loss
+    itself is right: the spec's metrics report the unweighted KL."""
+
+    def finish(recon, kl, beta):
+        total = recon + beta * kl
+        return total, {"loss": total, "recon": recon, "kl": beta * kl}
+
+    return pipeline(objective=make_objective(finish=finish))
+
+
+@bug
+def beta_weighs_reconstruction():
+    """``loss = beta * recon + kl``: beta put on the wrong term (reading beta as the weight of the
+    data term)."""
+
+    def finish(recon, kl, beta):
+        total = beta * recon + kl
+        return total, {"loss": total, "recon": recon, "kl": kl}
+
+    return pipeline(objective=make_objective(finish=finish))
+
+
 @bug
 def logits_as_probabilities():
     """``decode`` returns ``sigmoid`` probabilities (a Keras ``activation='sigmoid'`` output
@@ -486,6 +539,164 @@ def adam_without_bias_correction():
     spec's and the early steps are too large."""
     create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, False))
     return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
+
+
+def _with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]) -> Adapter:
+    create = state_with_optimizer(functools.cache(make))
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
+
+
+def _clip_each_leaf(clip_norm: float) -> optax.GradientTransformation:
+    """Each variable's gradient clipped to norm ``clip_norm`` on its own (Keras's ``clipnorm``)."""
+
+    def clip(updates, state, params=None):
+        del params
+        scaled = jax.tree.map(
+            lambda g: g * jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(g), 1e-30)),
+            updates,
+        )
+        return scaled, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), clip)
+
+
+@bug
+def clipping_after_adam():
+    """The chain written the other way round, ``optax.chain(adamw(...), clip_by_global_norm(...))``:
+    Adam's update is clipped, not the gradient, so a small clip norm all but stops the step."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+            optax.clip_by_global_norm(optim.clip_norm),
+        )
+    )
+
+
+@bug
+def clipping_per_variable():
+    """Keras's ``clipnorm`` (each variable's gradient clipped to the norm on its own) where the
+    spec clips the global norm (Keras's ``global_clipnorm``)."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            _clip_each_leaf(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+        )
+    )
+
+
+@bug
+def clipping_per_variable_after_adam():
+    """Two mistakes in one part: each variable's update clipped on its own, after Adam."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+            _clip_each_leaf(optim.clip_norm),
+        )
+    )
+
+
+@bug
+def weight_decay_not_scaled_by_rate():
+    """The AdamW paper's ``theta -= lr * adam + wd * theta`` where optax (the spec) scales the decay
+    by the rate too: ``scale_by_adam``, ``scale(-lr)``, then ``add_decayed_weights(-wd)``."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
+            optax.scale(-optim.learning_rate),
+            optax.add_decayed_weights(-optim.weight_decay),
+        )
+    )
+
+
+@bug
+def weight_decay_in_adam_gradient():
+    """``torch.optim.Adam(weight_decay=...)``'s habit: ``weight_decay * params`` added to the
+    clipped gradient inside the optimiser, before Adam, where AdamW decouples it."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.add_decayed_weights(optim.weight_decay),
+            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
+        )
+    )
+
+
+@bug
+def weight_decay_forgotten():
+    """``optax.adam`` where the spec has ``optax.adamw``: ``weight_decay`` never read."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
+        )
+    )
+
+
+@bug
+def epsilon_inside_root():
+    """Epsilon inside the square root, ``sqrt(v_hat + eps)`` (optax's ``eps_root``, some papers'
+    form), where the spec adds it to ``sqrt(v_hat)``."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate,
+                b1=0.9,
+                b2=0.999,
+                eps=0.0,
+                eps_root=1e-8,
+                weight_decay=optim.weight_decay,
+            ),
+        )
+    )
+
+
+@bug
+def keras_default_epsilon():
+    """Keras's default epsilon 1e-7 copied into optax's AdamW (where the spec's is 1e-8)."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-7, weight_decay=optim.weight_decay
+            ),
+        )
+    )
+
+
+@bug
+def adam_rates_swapped():
+    """``b1`` and ``b2`` given in the wrong order (``adamw(lr, 0.999, 0.9)``): the first step is the
+    spec's, the later ones are not."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate, b1=0.999, b2=0.9, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+        )
+    )
+
+
+@bug
+def update_added():
+    """The update added where it is subtracted: ``scale_by_learning_rate(lr, flip_sign=False)``
+    after ``scale_by_adam``, so every step climbs the loss."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
+            optax.add_decayed_weights(optim.weight_decay),
+            optax.scale_by_learning_rate(optim.learning_rate, flip_sign=False),
+        )
+    )
 
 
 def _retracing_step(state, batch, eps):

@@ -76,21 +76,33 @@ def decoder(*, cond=condition, relu_output=False, output=lambda logits: logits, 
 ENCODE, DECODE = encoder(), decoder()  # the reference's
 
 
+def spec_finish(recon, kl, beta):
+    """The total and the metrics from the two terms, as the spec writes them."""
+    total = recon + beta * kl
+    return total, {"loss": total, "recon": recon, "kl": kl}
+
+
 def make_objective(
-    *, kl=kl_terms, bernoulli_reduce=jnp.mean, mse_pixel_reduce=jnp.mean, recon=bernoulli_recon
+    *,
+    kl=kl_terms,
+    bernoulli_reduce=jnp.mean,
+    mse_pixel_reduce=jnp.mean,
+    recon=bernoulli_recon,
+    kl_latent_reduce=jnp.sum,
+    finish=spec_finish,
 ):
-    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its pieces swappable."""
+    """``cvae_rosetta.spec.losses.cvae_loss`` with one of its pieces swappable: a term, a
+    reduction, the total and the metrics reported (``finish(recon, kl, beta)``)."""
 
     def cvae_loss(logits, x, mean, logvar, loss: LossConfig):
         if loss.kind == "bernoulli":
             recon_value = bernoulli_reduce(recon(logits, x))
-            kl_value = bernoulli_reduce(jnp.sum(kl(mean, logvar), axis=-1))
+            kl_value = bernoulli_reduce(kl_latent_reduce(kl(mean, logvar), axis=-1))
         else:
             squared = jnp.square(jax.nn.sigmoid(logits.astype(jnp.float32)) - x)
             recon_value = jnp.mean(mse_pixel_reduce(0.5 * squared, axis=-1))
             kl_value = jnp.mean(kl(mean, logvar))
-        total = recon_value + loss.beta * kl_value
-        return total, {"loss": total, "recon": recon_value, "kl": kl_value}
+        return finish(recon_value, kl_value, loss.beta)
 
     return cvae_loss
 

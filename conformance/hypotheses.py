@@ -1,0 +1,395 @@
+"""Hypotheses, searched: what a person porting the spec plausibly wrote, tried after a check fails.
+
+A catalogue names the mistakes it has seen; this module searches the ways each part of a layer can
+be written. A layer is a set of *parts* (for the optimiser: where the clipping is and over what,
+where epsilon sits, the bias corrections, the weight decay, the moments' rates, whether the state
+advances, the direction), each with the spec's way and the alternatives a port plausibly takes
+(Keras's ``clipnorm``, TensorFlow's epsilon, the AdamW paper's decay, PyTorch's ``weight_decay``,
+...). A *hypothesis* picks one way for every part; the search computes each hypothesis with few
+departures from the spec in float64, from the same inputs as the reference, and names the one that
+reproduces what the implementation did within the check's tolerance, its departures together (two
+mistakes are named as two, never as one of them alone). Where none does, the check says so.
+
+Nothing here runs unless a check has already failed: a passing implementation pays nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from cvae_rosetta.conformance import reference
+from cvae_rosetta.spec.config import OptimConfig
+
+B1, B2, EPS = reference.B1, reference.B2, reference.EPS
+KERAS_EPS = 1e-7  # keras.optimizers.Adam's and AdamW's default epsilon
+MAX_DEPARTURES = 3  # hypotheses with more departures from the spec are not tried
+
+
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """One way of writing a part: ``key`` (what the computation reads), how a diagnosis says it
+    (``words``, a phrase after "the step is AdamW's"), and what the spec does instead (``spec``)."""
+
+    key: str
+    words: str = ""
+    spec: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A part of a layer: the spec's way first, then the alternatives."""
+
+    name: str
+    ways: tuple[Way, ...]
+
+    @property
+    def alternatives(self) -> tuple[Way, ...]:
+        return self.ways[1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    """A way for every part, by part name; ``departures``: the ways that are not the spec's."""
+
+    ways: dict[str, Way]
+    departures: tuple[tuple[str, Way], ...]
+
+
+def hypotheses(parts: Sequence[Part], most: int = MAX_DEPARTURES) -> list[Hypothesis]:
+    """Every hypothesis with at most ``most`` departures from the spec, fewest first (the spec's
+    own first of all)."""
+    found = []
+    for count in range(most + 1):
+        for chosen in itertools.combinations(parts, count):
+            for ways in itertools.product(*(part.alternatives for part in chosen)):
+                picked = {part.name: part.ways[0] for part in parts}
+                picked.update({part.name: way for part, way in zip(chosen, ways, strict=True)})
+                departures = tuple((part.name, way) for part, way in zip(chosen, ways, strict=True))
+                found.append(Hypothesis(picked, departures))
+    return found
+
+
+# --- the optimiser --------------------------------------------------------------------------------
+
+
+def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
+    """The parts of the spec's step (``clip_by_global_norm`` then AdamW) and their alternatives,
+    worded for a diagnosis of step ``t``."""
+    clip = f"global norm clip_norm = {optim.clip_norm:g}"
+    spec_clip = f"the spec clips the gradient to {clip} before Adam"
+    factor = 1.0 / math.sqrt(1.0 - B2**t)
+    spec_eps = "the spec adds eps to the bias-corrected sqrt(v_hat)"
+    keras = "epsilon added to the uncorrected sqrt(v) (Keras's and TensorFlow's Adam)"
+    return (
+        Part(
+            "clipping",
+            (
+                Way("before"),
+                Way("none", "without clip_by_global_norm", spec_clip),
+                Way(
+                    "after",
+                    "with clip_by_global_norm after Adam (the update clipped, not the gradient: "
+                    "optax.chain(adamw(...), clip_by_global_norm(...)))",
+                    spec_clip,
+                ),
+            ),
+        ),
+        Part(
+            "clipping's reach",
+            (
+                Way("global"),
+                Way(
+                    "per leaf",
+                    "with each variable clipped to norm clip_norm on its own (per leaf, Keras's "
+                    "clipnorm; global_clipnorm is the spec's)",
+                    f"the spec clips to the {clip} of all the gradients together",
+                ),
+            ),
+        ),
+        Part(
+            "epsilon",
+            (
+                Way("corrected"),
+                Way(
+                    "uncorrected",
+                    f"with {keras}: effective epsilon eps/sqrt(1-b2^t), {factor:.3g} times the "
+                    f"spec's {EPS:g} at step {t}",
+                    spec_eps,
+                ),
+                Way(
+                    "uncorrected keras",
+                    f"with {keras}: effective epsilon eps/sqrt(1-b2^t), and Keras's default "
+                    f"epsilon {KERAS_EPS:g} where the spec's is {EPS:g} (effective "
+                    f"{KERAS_EPS * factor:.3g} at step {t})",
+                    spec_eps,
+                ),
+                Way(
+                    "keras",
+                    f"with epsilon {KERAS_EPS:g} (Keras's default) where the spec's is {EPS:g}",
+                    spec_eps,
+                ),
+                Way(
+                    "inside",
+                    "with epsilon inside the root, sqrt(v_hat + eps) (optax's eps_root)",
+                    spec_eps,
+                ),
+            ),
+        ),
+        Part(
+            "bias correction",
+            (
+                Way("both"),
+                Way(
+                    "none",
+                    "without bias correction: m and v are used as they are",
+                    f"the spec divides them by (1 - b1^t) and (1 - b2^t) (at step {t} the update "
+                    f"is {(1 - B1**t) / math.sqrt(1 - B2**t):.3g} times the spec's)",
+                ),
+                Way(
+                    "first only",
+                    "with the bias correction of m alone (v used as it is)",
+                    "the spec divides v by (1 - b2^t) too",
+                ),
+                Way(
+                    "second only",
+                    "with the bias correction of v alone (m used as it is)",
+                    "the spec divides m by (1 - b1^t) too",
+                ),
+            ),
+        ),
+        Part(
+            "weight decay",
+            (
+                Way("decoupled"),
+                Way(
+                    "unscaled",
+                    "with the weight decay not scaled by the learning rate (theta -= lr * adam + "
+                    "weight_decay * theta, the AdamW paper's form)",
+                    "optax's adamw, the spec's, subtracts lr * (adam + weight_decay * theta)",
+                ),
+                Way(
+                    "l2 loss",
+                    "as Adam's on the gradient plus weight_decay * params (an L2 penalty in the "
+                    "loss, before the clipping)",
+                    "the spec's AdamW decays the parameters apart from the gradient",
+                ),
+                Way(
+                    "l2 clipped",
+                    "as Adam's on the clipped gradient plus weight_decay * params (an L2 penalty "
+                    "in the optimiser, torch.optim.Adam's weight_decay)",
+                    "the spec's AdamW decays the parameters apart from the gradient",
+                ),
+                Way(
+                    "none",
+                    f"without weight decay (optax.adam, weight_decay = {optim.weight_decay:g} "
+                    "never read)",
+                    "the spec's AdamW subtracts lr * weight_decay * theta",
+                ),
+            ),
+        ),
+        Part(
+            "moment rates",
+            (
+                Way("spec"),
+                Way(
+                    "swapped",
+                    "with b1 and b2 swapped (b1 = 0.999, b2 = 0.9)",
+                    "the spec's b1 is 0.9 and b2 0.999",
+                ),
+            ),
+        ),
+        Part(
+            "state",
+            (
+                Way("advances"),
+                Way(
+                    "restarts",
+                    "restarted at every step: the optimiser state does not advance",
+                    "the spec's Adam carries its moments and count",
+                ),
+            ),
+        ),
+        Part(
+            "direction",
+            (
+                Way("descent"),
+                Way(
+                    "ascent",
+                    "up the gradient: every update has the opposite sign",
+                    "the spec's step goes down the gradient",
+                ),
+            ),
+        ),
+    )
+
+
+class _Flat:
+    """Canonical trees of one structure as float64 vectors, and back; ``segments``: each leaf's
+    slice, for the per-leaf norms."""
+
+    def __init__(self, tree: Any):
+        leaves, self.treedef = jax.tree.flatten(tree)
+        self.shapes = [np.shape(leaf) for leaf in leaves]
+        sizes = [int(np.prod(shape)) for shape in self.shapes]
+        self.ids = np.repeat(np.arange(len(sizes)), sizes)
+
+    def vector(self, tree: Any) -> np.ndarray:
+        return np.concatenate(
+            [np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(tree)]
+        )
+
+    def leaf_norms(self, v: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.bincount(self.ids, weights=v * v, minlength=len(self.shapes)))[self.ids]
+
+
+def _clipped(v: np.ndarray, clip: float, reach: str, flat: _Flat) -> np.ndarray:
+    norm = flat.leaf_norms(v) if reach == "per leaf" else np.sqrt(np.sum(v * v))
+    with np.errstate(divide="ignore"):
+        return v * np.minimum(1.0, np.where(norm > 0, clip / norm, 1.0))
+
+
+def _walk(h: Hypothesis, history: Sequence[tuple[np.ndarray, np.ndarray]], optim, flat) -> Any:
+    """The parameters hypothesis ``h`` reaches from the last ``before`` of ``history`` (pairs of
+    the parameters before each step and the float64 gradient there), its state carried along from
+    the first."""
+    way = {name: w.key for name, w in h.ways.items()}
+    b1, b2 = (B2, B1) if way["moment rates"] == "swapped" else (B1, B2)
+    wd, clip = float(optim.weight_decay), float(optim.clip_norm)
+    m = v = np.zeros_like(history[0][0])
+    count = 0
+    for p, g in history:
+        if way["state"] == "restarts":
+            m, v, count = np.zeros_like(p), np.zeros_like(p), 0
+        rate = reference.learning_rate(optim, count)
+        g = g + wd * p if way["weight decay"] == "l2 loss" else g
+        if way["clipping"] == "before":
+            g = _clipped(g, clip, way["clipping's reach"], flat)
+        g = g + wd * p if way["weight decay"] == "l2 clipped" else g
+        count += 1
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        c1 = 1 - b1**count if way["bias correction"] in ("both", "first only") else 1.0
+        c2 = 1 - b2**count if way["bias correction"] in ("both", "second only") else 1.0
+        eps = KERAS_EPS if "keras" in way["epsilon"] else EPS
+        if way["epsilon"] == "inside":
+            adam = (m / c1) / np.sqrt(v / c2 + eps)
+        else:
+            if way["epsilon"].startswith("uncorrected"):
+                eps /= math.sqrt(1 - b2**count)
+            adam = (m / c1) / (np.sqrt(v / c2) + eps)
+        update = {
+            "decoupled": rate * (adam + wd * p),
+            "unscaled": rate * adam + wd * p,
+        }.get(way["weight decay"], rate * adam)
+        if way["clipping"] == "after":
+            update = _clipped(update, clip, way["clipping's reach"], flat)
+        last = p + update if way["direction"] == "ascent" else p - update
+    return last
+
+
+def _inert(h: Hypothesis, optim: OptimConfig, steps: int) -> bool:
+    """Whether a departure of ``h`` changes nothing for this config and number of steps (the state
+    restarting before the second step, decay choices without decay, a reach with no clipping)."""
+    for name, _ in h.departures:
+        if name == "state" and steps < 2:
+            return True
+        if name == "weight decay" and not optim.weight_decay:
+            return True
+        if name == "clipping's reach" and h.ways["clipping"].key == "none":
+            return True
+    return False
+
+
+def describe(departures: Sequence[tuple[str, Way]], lead: str) -> str:
+    """One sentence naming every departure, then what the spec does instead."""
+    ways = [way for _, way in departures]
+    said = " and ".join(way.words for way in ways)
+    specs = "; ".join(dict.fromkeys(way.spec for way in ways if way.spec))
+    return f"{lead} {said}: {specs}"
+
+
+def search_step(
+    got: Any,
+    history: Sequence[tuple[Any, Any]],
+    optim: OptimConfig,
+    masks: Any,
+    atol: float,
+    rtol: float = 1e-6,
+) -> str | None:
+    """The hypothesis of the optimiser whose step from the last parameters of ``history`` reaches
+    ``got`` on the entries ``masks`` selects (within ``atol + rtol |want|``, the check's own), as
+    a sentence; None when the spec's own step fits best or none fits. ``history``: ``(before,
+    float64 gradient)`` for every step so far, the first from a fresh optimiser.
+
+    Where several fit, the closest wins, and among those as close as it (within twice its error,
+    or within float32 rounding of the parameters) the one with the fewest departures."""
+    flat = _Flat(got)
+    steps = [(flat.vector(p), flat.vector(g)) for p, g in history]
+    target = flat.vector(got)
+    mask = flat.vector(masks) > 0
+    start = steps[-1][0]
+    ulp = np.spacing(np.abs(target[mask]).astype(np.float32)).astype(np.float64)
+    fits = []
+    for h in hypotheses(optimiser_parts(optim, len(steps))):
+        if _inert(h, optim, len(steps)):
+            continue
+        want = _walk(h, steps, optim, flat)[mask]
+        error = np.abs(target[mask] - want)
+        if np.all(error <= atol + rtol * np.abs(want)):
+            moved = np.abs(want - start[mask])
+            fits.append((float(np.max(error / (moved + ulp))), h))
+    if not fits:
+        return None
+    best = min(score for score, _ in fits)
+    close = [h for score, h in fits if score <= max(2 * best, 0.5)]
+    fewest = min(len(h.departures) for h in close)
+    chosen = [h for h in close if len(h.departures) == fewest]
+    if not chosen[0].departures:
+        return None
+    lead = f"the step{'' if len(steps) == 1 else f' {len(steps)}'} is AdamW's"
+    sentence = describe(chosen[0].departures, lead)
+    if len(chosen) > 1:
+        others = "; or ".join(describe(h.departures, "AdamW's") for h in chosen[1:3])
+        sentence += f" (or, as close on this check: {others})"
+    return sentence
+
+
+def unchanged_or_moved(got: Any, start: Any, want: Any, atol: float) -> str | None:
+    """A true sentence for parameters that stayed where they were, or moved less than the
+    check's tolerance ``atol`` where the spec's step moves them further."""
+    flat = _Flat(got)
+    g, s, w = flat.vector(got), flat.vector(start), flat.vector(want)
+    if np.array_equal(g, s):
+        return "train_step left the parameters unchanged"
+    moved = np.abs(g - s)
+    if moved.max() <= atol < np.abs(w - s).max():
+        return (
+            f"train_step moved {int(np.count_nonzero(moved))} of {g.size} parameter entries, by "
+            f"at most {moved.max():.3g}, under the check's tolerance {atol:.3g}, where the spec's "
+            f"step moves them by up to {np.abs(w - s).max():.3g}"
+        )
+    return None
+
+
+def explain_step(
+    got: Any,
+    history: Sequence[tuple[Any, Any]],
+    optim: OptimConfig,
+    masks: Any,
+    atol: float,
+    want: Any,
+) -> Callable[[], str | None]:
+    """What a failed step check's ``explain`` runs: the search, else the true sentence on how far
+    the parameters moved."""
+
+    def explain() -> str | None:
+        found = search_step(got, history, optim, masks, atol)
+        return found or unchanged_or_moved(got, history[-1][0], want, atol)
+
+    return explain
