@@ -341,6 +341,30 @@ def _candidates(
     return found
 
 
+def _no_factor(ratio: float, hints: Hints) -> str:
+    """What :func:`explain_ratio` searched, said when no product fits ``ratio``."""
+    named = [f"{factor:g}" for factor in (hints.notes or {})]
+    reductions = [axis.label for axis in hints.axes if axis.size > 1]
+    tried = [f"a sum or mean over {' or '.join(reductions)} the spec does not do"]
+    tried = tried if reductions else []
+    tried += [f"the factors {', '.join(named)} the check names"] if named else []
+    return (
+        f"the ratio {ratio:.4g} is no product of up to three of the factors searched ("
+        + "; ".join([*tried, "2, 1/2, -1"])
+        + ")"
+    )
+
+
+def _what_was_searched(g: np.ndarray, w: np.ndarray, hints: Hints) -> str:
+    """``; what was searched for a cause``, after a failure's numbers when nothing explained it:
+    the caller's search (``hints.searched``), or the factors :func:`explain_ratio` tried."""
+    if hints.searched is not None:
+        return f"; {hints.searched()}"
+    if g.ndim == 0 and (hints.axes or hints.notes) and w.item() and np.isfinite(g.item()):
+        return f"; {_no_factor(g.item() / w.item(), hints)}"
+    return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class Hints:
     """How :func:`mismatch` words a failure beyond the numbers: what ``want`` is (``against``),
@@ -351,6 +375,8 @@ class Hints:
     axes: tuple[Axis, ...] = ()
     notes: dict[float, str] | None = None
     explain: Callable[[], str | None] | None = None
+    # what was searched for a cause, said after the numbers when nothing explains the difference
+    searched: Callable[[], str] | None = None
 
 
 NO_HINTS = Hints()
@@ -419,7 +445,8 @@ def mismatch(
     - all zeros where ``want`` is not;
     - ``got`` proportional to ``want`` by a factor a plausible mistake makes (:func:`explain_ratio`,
       on the best-fitting scale, for arrays when the fit is exact to 1e-3);
-    - else ``what`` differs, by how much and where.
+    - else ``what`` differs, by how much and where, and what was searched for a cause
+      (``hints.searched()``), where the caller searched.
     """
     against, explain = hints.against, hints.explain
     g = np.asarray(got, dtype=np.float64)
@@ -480,6 +507,7 @@ def mismatch(
                 f"{_index(worst, g.shape)} ({int((~close).sum())} of {g.size} entries outside "
                 f"{_tolerance(rtol, atol)})"
             )
+        first_line += _what_was_searched(g, w, hints)
     if not scalar:
         detail.append(
             f"got {g.ravel()[worst]:.7g} and want {w.ravel()[worst]:.7g}{_index(worst, g.shape)}; "

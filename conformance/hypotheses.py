@@ -148,7 +148,7 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                 Way("both"),
                 Way(
                     "none",
-                    "without bias correction: m and v are used as they are",
+                    "without bias correction (m and v used as they are)",
                     f"the spec divides them by (1 - b1^t) and (1 - b2^t) (at step {t} the update "
                     f"is {(1 - B1**t) / math.sqrt(1 - B2**t):.3g} times the spec's)",
                 ),
@@ -176,14 +176,14 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                 ),
                 Way(
                     "l2 loss",
-                    "as Adam's on the gradient plus weight_decay * params (an L2 penalty in the "
-                    "loss, before the clipping)",
+                    "with weight_decay * params added to the gradient before the clipping (an L2 "
+                    "penalty in the loss)",
                     "the spec's AdamW decays the parameters apart from the gradient",
                 ),
                 Way(
                     "l2 clipped",
-                    "as Adam's on the clipped gradient plus weight_decay * params (an L2 penalty "
-                    "in the optimiser, torch.optim.Adam's weight_decay)",
+                    "with weight_decay * params added to the clipped gradient (an L2 penalty in "
+                    "the optimiser, torch.optim.Adam's weight_decay)",
                     "the spec's AdamW decays the parameters apart from the gradient",
                 ),
                 Way(
@@ -211,7 +211,7 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                 Way("advances"),
                 Way(
                     "restarts",
-                    "restarted at every step: the optimiser state does not advance",
+                    "with its state restarted at every step (the optimiser state does not advance)",
                     "the spec's Adam carries its moments and count",
                 ),
             ),
@@ -222,7 +222,7 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                 Way("descent"),
                 Way(
                     "ascent",
-                    "up the gradient: every update has the opposite sign",
+                    "with every update's sign flipped (it climbs the loss)",
                     "the spec's step goes down the gradient",
                 ),
             ),
@@ -327,8 +327,10 @@ def search_step(
     a sentence; None when the spec's own step fits best or none fits. ``history``: ``(before,
     float64 gradient)`` for every step so far, the first from a fresh optimiser.
 
-    Where several fit, the closest wins, and among those as close as it (within twice its error,
-    or within float32 rounding of the parameters) the one with the fewest departures."""
+    A hypothesis fits when, on every entry, what it leaves unexplained is under half of its own
+    move plus one float32 rounding of the entry (parameters that stayed still fit no hypothesis
+    that moves them, however little). Where several fit, the closest wins, and among those as
+    close as it the one with the fewest departures; others as close are named after it."""
     flat = _Flat(got)
     steps = [(flat.vector(p), flat.vector(g)) for p, g in history]
     target = flat.vector(got)
@@ -342,22 +344,38 @@ def search_step(
         want = _walk(h, steps, optim, flat)[mask]
         error = np.abs(target[mask] - want)
         if np.all(error <= atol + rtol * np.abs(want)):
-            moved = np.abs(want - start[mask])
-            fits.append((float(np.max(error / (moved + ulp))), h))
+            # how much of its own move a hypothesis leaves unexplained, float32 rounding aside
+            score = float(np.max(error / (np.abs(want - start[mask]) + ulp)))
+            if score < 0.5:
+                fits.append((score, h))
     if not fits:
         return None
     best = min(score for score, _ in fits)
-    close = [h for score, h in fits if score <= max(2 * best, 0.5)]
+    close = [h for score, h in fits if score <= max(2 * best, 0.05)]
     fewest = min(len(h.departures) for h in close)
     chosen = [h for h in close if len(h.departures) == fewest]
     if not chosen[0].departures:
         return None
-    lead = f"the step{'' if len(steps) == 1 else f' {len(steps)}'} is AdamW's"
+    lead = "the step is AdamW's" if len(steps) == 1 else f"step {len(steps)} is AdamW's"
     sentence = describe(chosen[0].departures, lead)
     if len(chosen) > 1:
         others = "; or ".join(describe(h.departures, "AdamW's") for h in chosen[1:3])
         sentence += f" (or, as close on this check: {others})"
     return sentence
+
+
+def searched_step(optim: OptimConfig, steps: int) -> Callable[[], str]:
+    """What :func:`search_step` tried, said when no hypothesis reproduced the step."""
+
+    def said() -> str:
+        parts = optimiser_parts(optim, steps)
+        tried = [h for h in hypotheses(parts) if h.departures and not _inert(h, optim, steps)]
+        return (
+            f"none of the {len(tried)} ways of writing AdamW searched reproduces it (up to "
+            f"{MAX_DEPARTURES} departures from the spec in {', '.join(p.name for p in parts)})"
+        )
+
+    return said
 
 
 def unchanged_or_moved(got: Any, start: Any, want: Any, atol: float) -> str | None:
@@ -393,3 +411,177 @@ def explain_step(
         return found or unchanged_or_moved(got, history[-1][0], want, atol)
 
     return explain
+
+
+# --- the forward pass -----------------------------------------------------------------------------
+
+ACTIVATIONS: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "relu": ("ReLU", lambda a: np.maximum(a, 0.0)),
+    "gelu": (
+        "GELU (tanh approximation, jax.nn.gelu's default)",
+        lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3))),
+    ),
+    "gelu exact": (
+        "exact GELU (erf form, PyTorch's nn.GELU default)",
+        lambda a: 0.5 * a * (1 + _erf(a / math.sqrt(2))),
+    ),
+    "silu": ("SiLU (swish)", lambda a: a * reference.sigmoid(a)),
+    "tanh": ("tanh", np.tanh),
+    "sigmoid": ("sigmoid", reference.sigmoid),
+    "leaky relu": ("leaky ReLU (slope 0.01)", lambda a: np.where(a > 0, a, 0.01 * a)),
+    "elu": ("ELU", lambda a: np.where(a > 0, a, np.expm1(np.minimum(a, 0.0)))),
+    "softplus": ("softplus", lambda a: np.logaddexp(a, 0.0)),
+}
+
+
+def _erf(a: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(a)
+
+
+def forward_parts(which: str) -> tuple[Part, ...]:
+    """The parts of ``encode`` or ``decode`` (``which``) and their alternatives."""
+    hidden = Part(
+        "hidden activation",
+        tuple(
+            Way(key, f"with {words} as the hidden layers' activation", "the spec's is ReLU")
+            if key != "relu"
+            else Way(key)
+            for key, (words, _) in ACTIVATIONS.items()
+        ),
+    )
+    placement = Part(
+        "activation placement",
+        (
+            Way("every hidden layer"),
+            Way(
+                "not the last",
+                "with no activation after the last hidden layer",
+                "the spec applies it after every hidden layer",
+            ),
+        ),
+    )
+    order = Part(
+        "conditioning",
+        (
+            Way("after"),
+            Way(
+                "before",
+                "with the one-hot label concatenated before its input ([one_hot(c), "
+                f"{'x' if which == 'encode' else 'z'}])",
+                f"the spec concatenates [{'x' if which == 'encode' else 'z'}, one_hot(c)]",
+            ),
+        ),
+    )
+    if which == "decode":
+        output = Part(
+            "output",
+            (
+                Way("linear"),
+                Way(
+                    "sigmoid", "returning probabilities sigmoid(logits)", "the spec returns logits"
+                ),
+                Way(
+                    "relu",
+                    "with a ReLU after the output layer (relu(logits), never negative)",
+                    "the spec leaves the output layer linear",
+                ),
+            ),
+        )
+        return (hidden, placement, order, output)
+    split = Part(
+        "split",
+        (
+            Way("halves"),
+            Way(
+                "swapped",
+                "returning (logvar, mean): its mean is the reference's logvar and its logvar "
+                "the reference's mean",
+                "the spec splits the latent layer's output as [mean, logvar]",
+            ),
+            Way(
+                "interleaved",
+                "with the latent layer's output split interleaved (mean the even columns, "
+                "logvar the odd ones)",
+                "the spec takes mean as the first L columns and logvar as the last L",
+            ),
+        ),
+    )
+    latent = Part(
+        "latent activation",
+        (
+            Way("linear"),
+            Way(
+                "relu",
+                "with a ReLU after the latent layer (mean and logvar never negative)",
+                "the spec's latent layer is linear",
+            ),
+        ),
+    )
+    return (hidden, placement, order, split, latent)
+
+
+def _forward(ways: dict[str, Way], params, inputs, c, num_classes: int, which: str):
+    way = {name: w.key for name, w in ways.items()}
+    act = ACTIVATIONS[way["hidden activation"]][1]
+    label = reference.one_hot(c, num_classes)
+    inputs = np.asarray(inputs, np.float64)
+    h = np.concatenate([label, inputs] if way["conditioning"] == "before" else [inputs, label], 1)
+    p = reference.as64(params)
+    layers = p["encoder"] if which == "encode" else p["decoder"]
+    hidden = len(layers) if which == "encode" else len(layers) - 1
+    activated = hidden - 1 if way["activation placement"] == "not the last" else hidden
+    for i, layer in enumerate(layers):
+        h = h @ layer["kernel"] + layer["bias"]
+        if i < activated:
+            h = act(h)
+    if which == "decode":
+        return {"linear": h, "sigmoid": reference.sigmoid(h), "relu": np.maximum(h, 0.0)}[
+            way["output"]
+        ]
+    s = h @ p["latent"]["kernel"] + p["latent"]["bias"]
+    s = np.maximum(s, 0.0) if way["latent activation"] == "relu" else s
+    latent = s.shape[1] // 2
+    if way["split"] == "interleaved":
+        return s[:, 0::2], s[:, 1::2]
+    mean, logvar = s[:, :latent], s[:, latent:]
+    return (logvar, mean) if way["split"] == "swapped" else (mean, logvar)
+
+
+def searched_forward(which: str) -> Callable[[], str]:
+    """What :func:`search_forward` tried, said when no hypothesis reproduced the output."""
+
+    def said() -> str:
+        parts = forward_parts(which)
+        tried = sum(1 for h in hypotheses(parts) if h.departures)
+        return (
+            f"none of the {tried} ways of writing {which} searched reproduces it (up to "
+            f"{MAX_DEPARTURES} departures from the spec in {', '.join(p.name for p in parts)})"
+        )
+
+    return said
+
+
+def search_forward(
+    which: str,
+    got: Any,
+    params: Any,
+    given: tuple[Any, Any, int],
+    close: Callable[[Any, Any], bool],
+) -> str | None:
+    """The hypothesis of ``encode`` or ``decode`` (``which``) whose float64 output from the same
+    canonical parameters and inputs (``given``: ``x`` or ``z``, ``c``, the number of classes)
+    ``close(got, want)`` accepts, the fewest departures first, as a sentence; None when none fits
+    (or the spec's own does)."""
+    inputs, c, num_classes = given
+    parts = forward_parts(which)
+    if which == "encode" and np.shape(got[0])[-1] < 2:  # one latent dimension: one split
+        parts = tuple(part for part in parts if part.name != "split")
+    for h in hypotheses(parts):
+        if not h.departures:
+            continue
+        ways = {part.name: part.ways[0] for part in forward_parts(which)} | h.ways
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = _forward(ways, params, inputs, c, num_classes, which)
+        if close(got, want):
+            return describe(h.departures, f"{which} matches the float64 reference")
+    return None

@@ -1,30 +1,30 @@
-"""The catalogue of known porting mistakes: what a failed check says when one explains what it saw.
+"""What a failed check of the forward pass, the loss or the step's key says when a mistake explains
+what it saw.
 
 Each is tried only once the check has failed, against the float64 reference computed the mistaken
-way: a converter that transposes a square kernel, drops the biases or reads the latent layer's
-output interleaved, an encoder or a decoder that ignores the label, the latent layer's output split
-the other way round, probabilities where the spec returns logits, the sample, a reduction or the
-total of the loss written another way, a step that draws its noise from another key, Adam's
-epsilon, bias correction, clipping or weight decay taken another way. The mistake that fits is
-named in the first line of the failure (``recon is 1/64 of the reference: a mean over pixels where
-the spec sums``), which the conformance plugin's diagnosis shows.
+way: an encoder or a decoder that ignores the label, the ways of writing either searched
+(:func:`cvae_rosetta.conformance.hypotheses.search_forward`: activations, the label's place, the
+latent layer's split and activation, the output), a converter that transposes a square kernel or
+drops the biases, the sample, a reduction, a slip or beta in a term (:func:`common.explain_ratio`,
+their products), the total of the loss written another way, a step that draws its noise from
+another key. The optimiser's ways are searched in :mod:`cvae_rosetta.conformance.hypotheses`. The
+mistake that fits is named in the first line of the failure (``recon is 1/64 of the reference: a
+mean over pixels where the spec sums``), which the conformance plugin's diagnosis shows.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from cvae_rosetta.conformance.common import (
     ATOL,
-    B2,
     RTOL,
-    SPEC_EPS,
     Hints,
     assert_close,
     explain_ratio,
@@ -32,10 +32,9 @@ from cvae_rosetta.conformance.common import (
     loss_axes,
     mismatch,
     spec_noise,
-    spec_optimizer,
-    spec_step,
 )
-from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
+from cvae_rosetta.conformance.hypotheses import search_forward
+from cvae_rosetta.spec.config import Config, LossConfig
 from cvae_rosetta.spec.validation import Batch
 
 
@@ -69,20 +68,6 @@ def _with_leaf(tree: Any, where, value) -> Any:
     )
 
 
-def _interleaved_latent(params: Any) -> Any:
-    """``params`` with the latent layer's output columns reordered so that its first half is the
-    canonical even columns and its second half the odd ones: the spec's split of that tree is an
-    interleaved split of the canonical one."""
-    latent = params["latent"]
-    width = np.shape(latent["bias"])[-1]
-    order = np.concatenate([np.arange(0, width, 2), np.arange(1, width, 2)])
-    moved = {
-        "kernel": np.asarray(latent["kernel"])[:, order],
-        "bias": np.asarray(latent["bias"])[order],
-    }
-    return {**jax.tree.map(np.asarray, params), "latent": moved}
-
-
 def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
     """The canonical tree as a mistaken converter would hand it to the model: each square kernel
     transposed (a shape check cannot see it), every bias zero, the latent layer's output columns
@@ -103,15 +88,6 @@ def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
         params,
     )
     found.append(("every bias is zero: the biases given to from_canonical never reach it", no_bias))
-    if np.shape(params["latent"]["bias"])[-1] >= 4:  # with one latent dimension, the same split
-        found.append(
-            (
-                "the latent layer's output is split interleaved (mean the even columns, logvar "
-                "the odd ones), where the spec takes mean as the first L columns and logvar as "
-                "the last L",
-                _interleaved_latent(params),
-            )
-        )
     return found
 
 
@@ -133,18 +109,19 @@ def _ignores_label(call: Callable[[Any], Any], c: Any, got: Any, num_classes: in
 
 
 def encode_mistake(loaded: Loaded, x, c, mean, logvar, num_classes: int) -> str | None:
-    """What explains ``encode``'s ``(mean, logvar)`` differing from the reference, if anything."""
+    """What explains ``encode``'s ``(mean, logvar)`` differing from the reference, if anything:
+    the label ignored, a way of writing the encoder searched (``hypotheses.search_forward``), a
+    mistaken converter."""
     from cvae_rosetta.conformance import reference
 
     impl, state, params = loaded
-    ref_mean, ref_logvar = reference.encode(params, x, c, num_classes)
-    if matches(mean, ref_logvar) and matches(logvar, ref_mean):
-        return (
-            "encode returns (logvar, mean): its mean is the reference's logvar and its logvar "
-            "the reference's mean (the spec splits the latent layer's output as [mean, logvar])"
-        )
     if _ignores_label(lambda other: impl.encode(state, x, other), c, (mean, logvar), num_classes):
         return "encode's output does not change when only c changes: the encoder ignores the label"
+    found = search_forward(
+        "encode", (mean, logvar), params, (x, c, num_classes), lambda got, want: matches(got, want)
+    )
+    if found is not None:
+        return found
     for why, variant in converter_mistakes(params):
         m, lv = reference.encode(variant, x, c, num_classes)
         if matches(mean, m) and matches(logvar, lv):
@@ -153,18 +130,15 @@ def encode_mistake(loaded: Loaded, x, c, mean, logvar, num_classes: int) -> str 
 
 
 def decode_mistake(loaded: Loaded, z, c, logits, num_classes: int) -> str | None:
-    """What explains ``decode``'s logits differing from the reference, if anything."""
+    """What explains ``decode``'s logits differing from the reference, if anything: a way of
+    writing the decoder searched (``hypotheses.search_forward``), the label ignored, a mistaken
+    converter."""
     from cvae_rosetta.conformance import reference
 
     impl, state, params = loaded
-    ref = reference.decode(params, z, c, num_classes)
-    if matches(logits, reference.sigmoid(ref)):
-        return "decode returns probabilities sigmoid(logits) where the spec returns logits"
-    if matches(logits, np.maximum(ref, 0.0)):
-        return (
-            "decode's output is relu(logits), never negative: a ReLU after the output layer, "
-            "which the spec leaves linear"
-        )
+    found = search_forward("decode", logits, params, (z, c, num_classes), matches)
+    if found is not None:
+        return found
     if _ignores_label(lambda other: impl.decode(state, z, other), c, logits, num_classes):
         return "decode's output does not change when only c changes: the decoder ignores the label"
     for why, variant in converter_mistakes(params):
@@ -300,29 +274,46 @@ def step_noise_mistake(got: float, inputs: LossInputs) -> str:
     )
 
 
-def total_mistake(loss: float, recon: float, kl: float, beta: float) -> str | None:
-    """What explains the total differing from ``recon + beta * kl`` when both terms match."""
-    candidates = []
-    if beta != 1.0:
-        candidates.append(
-            (
-                recon + kl,
-                f"loss is recon + kl: beta = {beta:g} is not applied (the spec's loss is "
-                "recon + beta * kl)",
-            )
-        )
-        candidates.append(
-            (beta * recon + kl, f"loss is beta * recon + kl: beta = {beta:g} weighs the wrong term")
-        )
-    candidates += [
-        (recon - beta * kl, "loss is recon - beta * kl: the KL term enters with the wrong sign"),
-        (recon, "loss is recon alone: the KL term is left out"),
-        (beta * kl, "loss is beta * kl alone: the reconstruction term is left out"),
+def total_mistake(
+    loss: float, recon: float, kl: float, beta: float, name: str = "loss"
+) -> str | None:
+    """What explains the total ``name`` differing from ``recon + beta * kl`` when both terms
+    match: each term's weight searched (recon's 1, beta or nothing; kl's beta, 1, nothing, or
+    either with the wrong sign), the fewest departures first."""
+    recon_ways = [(1.0, ""), (beta, "beta weighs recon"), (0.0, "recon left out")]
+    kl_ways = [
+        (beta, ""),
+        (1.0, f"beta = {beta:g} not applied to kl"),
+        (0.0, "the KL term left out"),
+        (-beta, "the KL term entering with the wrong sign"),
+        (-1.0, "the KL term entering with the wrong sign and beta not applied"),
     ]
-    for value, why in candidates:
-        if abs(loss - value) <= 1e-5 * max(abs(value), 1e-6):
-            return f"{why} ({loss:.7g} against the spec's {recon + beta * kl:.7g})"
-    return None
+    fits = []
+    for (a, recon_why), (b, kl_why) in itertools.product(recon_ways, kl_ways):
+        whys = [why for why in (recon_why, kl_why) if why]
+        if (a, b) == (beta, 1.0) and beta != 1.0:
+            whys = [f"beta = {beta:g} weighs the wrong term"]
+        value = a * recon + b * kl
+        if whys and abs(loss - value) <= 1e-5 * max(abs(value), 1e-6):
+            fits.append((len(whys), _written(a, b, beta), whys))
+    if not fits:
+        return None
+    _, written, whys = min(fits, key=lambda fit: fit[0])
+    return (
+        f"{name} is {written}: {', and '.join(whys)} (the spec's is recon + beta * kl; "
+        f"{loss:.7g} against {recon + beta * kl:.7g})"
+    )
+
+
+def _written(a: float, b: float, beta: float) -> str:
+    """``a * recon + b * kl`` as a formula, with beta by name."""
+    terms = []
+    for weight, term in ((a, "recon"), (b, "kl")):
+        if weight:
+            scale = "" if abs(weight) == 1 else "beta * "
+            sign = "-" if weight < 0 else "+"
+            terms.append(f"{sign} {scale}{term}" if terms else f"{sign.strip('+')}{scale}{term}")
+    return " ".join(terms)
 
 
 def assert_loss_matches(loss, metrics, inputs: LossInputs, *, what: str = "") -> None:
@@ -370,123 +361,13 @@ def assert_loss_matches(loss, metrics, inputs: LossInputs, *, what: str = "") ->
         atol=atol,
         explain=lambda: total_mistake(total, recon, kl, beta),
     )
+    reported = float(metrics["loss"])
     assert_close(
-        float(metrics["loss"]),
+        reported,
         total,
         f'{what}metrics["loss"]',
         rtol=1e-6,
         atol=atol,
         against="the loss returned beside it",
+        explain=lambda: total_mistake(reported, recon, kl, beta, 'metrics["loss"]'),
     )
-
-
-# Keras and TensorFlow write Adam as lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t) and
-# theta -= lr_t * m / (sqrt(v) + eps): epsilon on the uncorrected root, which is the spec's update
-# with epsilon eps / sqrt(1 - b2^t) (31.6 times eps at the first step, tending to eps later).
-UNCORRECTED_EPSILON = (
-    "epsilon added to the uncorrected sqrt(v) (Keras's and TensorFlow's Adam): effective epsilon "
-    "eps/sqrt(1-b2^t)"
-)
-KERAS_DEFAULT_EPS = 1e-7  # keras.optimizers.Adam and AdamW's default epsilon
-
-
-def uncorrected_epsilon(t: int, eps: float = SPEC_EPS) -> float:
-    """The epsilon of the spec's update that equals step ``t`` of Adam with ``eps`` added to the
-    uncorrected ``sqrt(v)``."""
-    return eps / float(np.sqrt(1.0 - B2**t))
-
-
-def epsilon_mistakes(t: int) -> list[tuple[str, float]]:
-    """``(what it shows, the epsilon of the spec's update that takes step t so)``: epsilon on the
-    uncorrected root, with the spec's epsilon and with Keras's default."""
-    factor = uncorrected_epsilon(t, 1.0)
-    spec = (
-        f"the step is AdamW's with {UNCORRECTED_EPSILON}, {factor:.3g} times the spec's "
-        f"{SPEC_EPS:g} at step {t}; the spec adds eps to the bias-corrected sqrt(v_hat)"
-    )
-    keras = (
-        f"the step is AdamW's with {UNCORRECTED_EPSILON}, and Keras's default epsilon "
-        f"{KERAS_DEFAULT_EPS:g} where the spec's is {SPEC_EPS:g} (effective "
-        f"{uncorrected_epsilon(t, KERAS_DEFAULT_EPS):.3g} at step {t}); the spec adds eps to the "
-        "bias-corrected sqrt(v_hat)"
-    )
-    return [(spec, uncorrected_epsilon(t)), (keras, uncorrected_epsilon(t, KERAS_DEFAULT_EPS))]
-
-
-def bias_correction_mistake(t: int) -> str:
-    """What step ``t`` of AdamW taken with the raw moments shows; the update ``m / sqrt(v)`` is
-    then ``(1 - b1^t) / sqrt(1 - b2^t)`` times the spec's ``m_hat / sqrt(v_hat)`` where eps is
-    negligible (3.16 at the first step)."""
-    from cvae_rosetta.conformance import reference
-
-    factor = (1 - reference.B1**t) / np.sqrt(1 - reference.B2**t)
-    return (
-        "the step is AdamW's without bias correction: m and v are used as they are, where the spec "
-        f"divides them by (1 - b1^t) and (1 - b2^t) (at step {t} the update is {factor:.3g} times "
-        "the spec's)"
-    )
-
-
-def optimizer_mistakes(start: Any, grads: Any, optim: OptimConfig) -> list[tuple[str, Any]]:
-    """One first step from ``start`` as plausible mistakes would take it, from the float64
-    gradient ``grads``: ``(what it shows, the parameters it reaches)``."""
-    from cvae_rosetta.conformance import reference
-
-    grads32 = jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), grads)
-
-    def step(tx, g):
-        updates, _ = tx.update(g, tx.init(start), start)
-        return optax.apply_updates(start, updates)
-
-    adam = optax.adam(optim.learning_rate, b1=0.9, b2=B2, eps=SPEC_EPS)
-    l2 = jax.tree.map(lambda g, p: g + optim.weight_decay * p, grads32, start)
-    want = step(spec_optimizer(optim), grads32)
-    found = [
-        ("train_step left the parameters unchanged", start),
-        (
-            "the step goes up the gradient: every update has the opposite sign of the spec's",
-            jax.tree.map(lambda p, w: 2 * p - w, start, want),
-        ),
-        (
-            "the step is AdamW's without clip_by_global_norm: the spec clips the gradient to "
-            f"global norm clip_norm = {optim.clip_norm:g} before Adam",
-            step(
-                optax.adamw(
-                    optim.learning_rate,
-                    b1=0.9,
-                    b2=B2,
-                    eps=SPEC_EPS,
-                    weight_decay=optim.weight_decay,
-                ),
-                grads32,
-            ),
-        ),
-    ]
-    for why, eps in epsilon_mistakes(1):
-        found.append((why, spec_step(optim, start, grads32, eps=eps)[0]))
-    raw = reference.adamw_step(start, grads, optim, bias_correction=False).params
-    found.append((bias_correction_mistake(1), raw))
-    if optim.weight_decay:
-        found.append(
-            (
-                "the step is Adam's on the gradient plus weight_decay * params (an L2 penalty in "
-                "the loss): the spec's AdamW decays the parameters apart from the gradient",
-                step(optax.chain(optax.clip_by_global_norm(optim.clip_norm), adam), l2),
-            )
-        )
-    return found
-
-
-def step_mistake(
-    got: Any, candidates: list[tuple[str, Any]], masks: Any, atol: float
-) -> str | None:
-    """The first candidate whose parameters ``got`` reached, on the entries ``masks`` selects."""
-    got_leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(got)]
-    mask_leaves = jax.tree.leaves(masks)
-    for why, tree in candidates:
-        if all(
-            np.allclose(g[m], np.asarray(c, np.float64)[m], rtol=1e-6, atol=atol)
-            for g, c, m in zip(got_leaves, jax.tree.leaves(tree), mask_leaves, strict=True)
-        ):
-            return why
-    return None

@@ -2,9 +2,10 @@
 
 Numbers are compared with the float64 NumPy reference of ``cvae_rosetta.conformance.reference``,
 computed from the same canonical parameters. Every failure's first line says what was seen
-against what the spec says, and names the mistake where a known one explains it
-(``cvae_rosetta.conformance.mistakes``: ``decode returns probabilities sigmoid(logits) where the
-spec returns logits``).
+against what the spec says, and names the way of writing the model that reproduces it, where one
+of those searched does (``cvae_rosetta.conformance.hypotheses``: ``decode matches the float64
+reference with GELU (tanh approximation, jax.nn.gelu's default) as the hidden layers' activation:
+the spec's is ReLU``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cvae_rosetta.conformance.common import (
     B,
     assert_close,
 )
+from cvae_rosetta.conformance.hypotheses import searched_forward
 from cvae_rosetta.conformance.mistakes import Loaded, decode_mistake, encode_mistake
 
 params, batch = common.params, common.batch  # the suite's parameters and batch
@@ -64,7 +66,15 @@ def test_encode_decode_match_reference(impl, params, batch):
         )
 
     for what, got, want in (("mean", mean, ref_mean), ("logvar", logvar, ref_logvar)):
-        assert_close(got, want, f"encode's {what}", rtol=RTOL, atol=ATOL, explain=encode_hint)
+        assert_close(
+            got,
+            want,
+            f"encode's {what}",
+            rtol=RTOL,
+            atol=ATOL,
+            explain=encode_hint,
+            searched=searched_forward("encode"),
+        )
     z = jax.random.normal(jax.random.key(3), (B, MODEL.latent_dim))
     logits = impl.decode(state, z, batch.c)
     assert_close(
@@ -76,4 +86,5 @@ def test_encode_decode_match_reference(impl, params, batch):
         explain=lambda: decode_mistake(
             Loaded(impl, state, params), z, batch.c, logits, MODEL.num_classes
         ),
+        searched=searched_forward("decode"),
     )

@@ -56,7 +56,7 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.hypotheses import explain_step, search_step
+from cvae_rosetta.conformance.hypotheses import explain_step, search_step, searched_step
 from cvae_rosetta.spec.config import OptimConfig
 from cvae_rosetta.spec.errors import ConfigError
 
@@ -124,6 +124,7 @@ def test_later_steps_follow_the_reference_optimizer(impl, optim):
                 atol=1e-3 * lr,
                 against="the reference optimiser's",
                 explain=explain,
+                searched=searched_step(optim, t + 1),
             )
             bound = lr * adam_bound(t + 1) * (1 + 1e-4)
             bound = bound + lr * optim.weight_decay * (np.abs(p0) + 1e-6)
@@ -330,7 +331,11 @@ def test_train_step_follows_the_learning_rate_schedule(impl, optim):
                 leaf,
                 rtol=1e-6,
                 atol=atol,
-                hints=Hints(against="the float64 reference optimiser's", explain=explain),
+                hints=Hints(
+                    against="the float64 reference optimiser's",
+                    explain=explain,
+                    searched=searched_step(optim, t),
+                ),
             )
             assert message is None, f"{message}\n{detail}"
             bound = rate * adam_bound(t) * (1 + 1e-4)

@@ -42,7 +42,7 @@ from cvae_rosetta.conformance.common import (
     spec_noise,
     where_max,
 )
-from cvae_rosetta.conformance.hypotheses import explain_step
+from cvae_rosetta.conformance.hypotheses import explain_step, searched_step
 from cvae_rosetta.conformance.mistakes import (
     KL_NOTES,
     Loaded,
@@ -357,6 +357,7 @@ def test_loss_gradients_and_train_step_match_reference(impl, case):
             explain=explain_step(
                 stepped, [(case.params, ref.grads)], optim, masks, 1e-3 * lr, want
             ),
+            searched=searched_step(optim, 1),
         )
         # |g / (|g| + eps)| < 1; the slack is float32 rounding of p1 and of the update
         bound = lr * (1 + 1e-4) + lr * wd * (np.abs(p0) + 1e-6) + 2 * U * np.abs(p0)

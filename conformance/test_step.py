@@ -45,7 +45,7 @@ from cvae_rosetta.conformance.common import (
     suite_params,
     where_max,
 )
-from cvae_rosetta.conformance.hypotheses import explain_step
+from cvae_rosetta.conformance.hypotheses import explain_step, searched_step
 from cvae_rosetta.conformance.mistakes import LossInputs, step_noise_mistake
 from cvae_rosetta.spec.config import OptimConfig
 
@@ -122,6 +122,7 @@ def test_clipping_is_applied_before_adam(impl):
             atol=1e-3 * lr,
             against="the reference update (the spec's clipped AdamW)",
             explain=explain_step(got, [(params, ref.grads)], optim, masks, 1e-3 * lr, want),
+            searched=searched_step(optim, 1),
         )
 
 
@@ -144,6 +145,7 @@ def assert_first_step(start, got, grads, optim: OptimConfig, what: str = "after 
             atol=atol,
             against="the reference update (the spec's clipped AdamW)",
             explain=explain_step(got, [(start, grads)], optim, masks, atol, want),
+            searched=searched_step(optim, 1),
         )
         bound = optim.learning_rate * (1 + 1e-4) + optim.learning_rate * optim.weight_decay * (
             np.abs(p0) + 1e-6

@@ -11,8 +11,11 @@ the suite can be pointed at it::
         --impl cvae_rosetta.conformance.meta_tests.broken:kl_missing_half
 
 ``BUGS`` maps each name to the one-line docstring saying which real-world mistake it models, in
-definition order; ``conformance/meta_tests/test_meta.py`` runs the suite on every entry and asserts
-that it fails. Adding a function decorated with :func:`bug` adds a case.
+definition order, these first and then those of
+:mod:`cvae_rosetta.conformance.meta_tests.searched` (the mistakes the search of hypotheses names);
+``target(name)`` is what ``--impl`` takes for each. ``conformance/meta_tests/test_meta.py`` runs
+the suite on every entry and asserts that it fails. Adding a function decorated with :func:`bug`
+(:mod:`cvae_rosetta.conformance.meta_tests.registry`) adds a case.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +37,7 @@ from cvae_rosetta.conformance.meta_tests.pieces import (
     decoder,
     dense,
     encoder,
+    hand_written_adamw,
     init_with,
     make_objective,
     mlp,
@@ -43,11 +46,12 @@ from cvae_rosetta.conformance.meta_tests.pieces import (
     reference_params,
     state_with_optimizer,
 )
+from cvae_rosetta.conformance.meta_tests.registry import BUGS, bug, target  # noqa: F401 (target: re-exported)
 from cvae_rosetta.spec import canonical
 from cvae_rosetta.spec.canonical import layer_sizes
 from cvae_rosetta.spec.config import Config, OptimConfig
 from cvae_rosetta.spec.model import noise, split_moments
-from cvae_rosetta.spec.optim import make_optimizer, schedule
+from cvae_rosetta.spec.optim import make_optimizer
 from cvae_rosetta.spec.protocol import Adapter
 from cvae_rosetta.spec.validation import (
     Batch,
@@ -56,30 +60,6 @@ from cvae_rosetta.spec.validation import (
     check_labels,
     check_latent,
 )
-
-BUGS: dict[str, str] = {}  # name -> the docstring of its bug, in definition order
-
-
-def bug(build: Callable[[], Adapter]) -> Adapter:
-    """Register ``build``'s adapter under the function's name, with its docstring as the bug."""
-    doc = " ".join((build.__doc__ or "").split())
-    assert doc, f"{build.__name__}: every broken implementation says what it models"
-    impl = build()
-    # Every optional field back to its default (extras replaced, not merged): a broken
-    # implementation offers no capability beyond the protocol. The reference's would be unbroken
-    # (its ``grads_fn`` for the data-parallel steps; it has no other step paths) and fail
-    # test_parallel for that reason, not for the bug.
-    optional = {
-        f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        for f in dataclasses.fields(Adapter)
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-    }
-    impl = dataclasses.replace(
-        impl, **(optional | {"name": f"broken:{build.__name__}", "extras": {"bug": doc}})
-    )
-    BUGS[build.__name__] = doc
-    return impl
-
 
 # --- the loss -------------------------------------------------------------------------------------
 
@@ -112,59 +92,6 @@ def mse_summed_over_pixels():
     """The ``mse`` reconstruction summed over pixels like the Bernoulli one, where the source
     guide's definition is a mean over every element."""
     return pipeline(objective=make_objective(mse_pixel_reduce=jnp.sum))
-
-
-def _bernoulli_mean_over_pixels(logits, x):
-    logits = logits.astype(jnp.float32)
-    return jnp.mean(jax.nn.softplus(logits) - logits * x.astype(jnp.float32), axis=-1)
-
-
-@bug
-def bernoulli_mean_over_pixels():
-    """The Bernoulli term averaged over pixels, ``optax.sigmoid_binary_cross_entropy(...).mean()``
-    over every element, where the spec sums over pixels and averages over the batch."""
-    return pipeline(objective=make_objective(recon=_bernoulli_mean_over_pixels))
-
-
-@bug
-def kl_mean_over_latent_dimensions():
-    """The KL term averaged over latent dimensions (``jnp.mean(kl_terms(...))`` over every element)
-    where the Bernoulli loss sums them."""
-    return pipeline(objective=make_objective(kl_latent_reduce=jnp.mean))
-
-
-@bug
-def kl_missing_half_and_averaged():
-    """Two slips in one term: the KL without its 0.5, and averaged over latent dimensions."""
-    return pipeline(
-        objective=make_objective(
-            kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv, kl_latent_reduce=jnp.mean
-        )
-    )
-
-
-@bug
-def kl_reported_weighted():
-    """``metrics["kl"]`` reported as ``beta * kl``, the term as it enters the loss, while the loss
-    itself is right: the spec's metrics report the unweighted KL."""
-
-    def finish(recon, kl, beta):
-        total = recon + beta * kl
-        return total, {"loss": total, "recon": recon, "kl": beta * kl}
-
-    return pipeline(objective=make_objective(finish=finish))
-
-
-@bug
-def beta_weighs_reconstruction():
-    """``loss = beta * recon + kl``: beta put on the wrong term (reading beta as the weight of the
-    data term)."""
-
-    def finish(recon, kl, beta):
-        total = beta * recon + kl
-        return total, {"loss": total, "recon": recon, "kl": kl}
-
-    return pipeline(objective=make_objective(finish=finish))
 
 
 @bug
@@ -487,48 +414,14 @@ def schedule_ignored():
     return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 
 
-def _adam_on_raw_moments(*, fold_corrections: bool) -> optax.GradientTransformation:
-    """Adam (b1 0.9, b2 0.999, eps 1e-8) updating by ``m / (sqrt(v) + eps)`` with the raw moments,
-    in optax's state (a ``ScaleByAdamState``): with ``fold_corrections``, as Keras and TensorFlow
-    write it, the bias corrections folded into the rate (``sqrt(1 - b2^t) / (1 - b1^t)``); without,
-    no bias correction at all."""
-    b1, b2, eps = 0.9, 0.999, 1e-8
-
-    def init(params):
-        mu, nu = (jax.tree.map(jnp.zeros_like, params) for _ in range(2))  # buffers of their own
-        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=mu, nu=nu)
-
-    def update(updates, state, params=None):
-        del params
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
-        count = optax.safe_int32_increment(state.count)
-        t = count.astype(jnp.float32)
-        corrected = jnp.sqrt(1 - b2**t) / (1 - b1**t) if fold_corrections else 1.0
-        updates = jax.tree.map(lambda m, v: corrected * m / (jnp.sqrt(v) + eps), mu, nu)
-        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
-
-    return optax.GradientTransformation(init, update)
-
-
-@functools.cache
-def _raw_moment_adamw(optim: OptimConfig, fold_corrections: bool) -> optax.GradientTransformation:
-    rate = optim.learning_rate if optim.schedule == "constant" else schedule(optim)
-    return optax.chain(
-        optax.clip_by_global_norm(optim.clip_norm),
-        _adam_on_raw_moments(fold_corrections=fold_corrections),
-        optax.add_decayed_weights(optim.weight_decay),
-        optax.scale_by_learning_rate(rate),
-    )
-
-
 @bug
 def adam_epsilon_on_uncorrected_root():
     """AdamW as ``keras.optimizers.AdamW`` computes it, with the spec's epsilon: the bias
     corrections folded into the rate, ``lr * sqrt(1 - b2^t) / (1 - b1^t)``, and epsilon added to
     the uncorrected ``sqrt(v)``, so the effective epsilon is ``eps / sqrt(1 - b2^t)``, 31.6 times
     the spec's at the first step (seen where gradient entries are small against it)."""
-    create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, True))
+    folded = functools.partial(hand_written_adamw, correct_first=False, correct_second=False)
+    create = state_with_optimizer(functools.partial(folded, folded=True))
     return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
 
 
@@ -537,166 +430,10 @@ def adam_without_bias_correction():
     """Adam written from the moment updates alone, ``m / (sqrt(v) + eps)`` with ``m`` and ``v`` as
     they are: no division by ``1 - b1^t`` and ``1 - b2^t``, so the first update is 3.16 times the
     spec's and the early steps are too large."""
-    create = state_with_optimizer(lambda optim: _raw_moment_adamw(optim, False))
+    create = state_with_optimizer(
+        lambda optim: hand_written_adamw(optim, correct_first=False, correct_second=False)
+    )
     return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
-
-
-def _with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]) -> Adapter:
-    create = state_with_optimizer(functools.cache(make))
-    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
-
-
-def _clip_each_leaf(clip_norm: float) -> optax.GradientTransformation:
-    """Each variable's gradient clipped to norm ``clip_norm`` on its own (Keras's ``clipnorm``)."""
-
-    def clip(updates, state, params=None):
-        del params
-        scaled = jax.tree.map(
-            lambda g: g * jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(g), 1e-30)),
-            updates,
-        )
-        return scaled, state
-
-    return optax.GradientTransformation(lambda params: optax.EmptyState(), clip)
-
-
-@bug
-def clipping_after_adam():
-    """The chain written the other way round, ``optax.chain(adamw(...), clip_by_global_norm(...))``:
-    Adam's update is clipped, not the gradient, so a small clip norm all but stops the step."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.adamw(
-                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-            ),
-            optax.clip_by_global_norm(optim.clip_norm),
-        )
-    )
-
-
-@bug
-def clipping_per_variable():
-    """Keras's ``clipnorm`` (each variable's gradient clipped to the norm on its own) where the
-    spec clips the global norm (Keras's ``global_clipnorm``)."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            _clip_each_leaf(optim.clip_norm),
-            optax.adamw(
-                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-            ),
-        )
-    )
-
-
-@bug
-def clipping_per_variable_after_adam():
-    """Two mistakes in one part: each variable's update clipped on its own, after Adam."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.adamw(
-                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-            ),
-            _clip_each_leaf(optim.clip_norm),
-        )
-    )
-
-
-@bug
-def weight_decay_not_scaled_by_rate():
-    """The AdamW paper's ``theta -= lr * adam + wd * theta`` where optax (the spec) scales the decay
-    by the rate too: ``scale_by_adam``, ``scale(-lr)``, then ``add_decayed_weights(-wd)``."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
-            optax.scale(-optim.learning_rate),
-            optax.add_decayed_weights(-optim.weight_decay),
-        )
-    )
-
-
-@bug
-def weight_decay_in_adam_gradient():
-    """``torch.optim.Adam(weight_decay=...)``'s habit: ``weight_decay * params`` added to the
-    clipped gradient inside the optimiser, before Adam, where AdamW decouples it."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.add_decayed_weights(optim.weight_decay),
-            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
-        )
-    )
-
-
-@bug
-def weight_decay_forgotten():
-    """``optax.adam`` where the spec has ``optax.adamw``: ``weight_decay`` never read."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
-        )
-    )
-
-
-@bug
-def epsilon_inside_root():
-    """Epsilon inside the square root, ``sqrt(v_hat + eps)`` (optax's ``eps_root``, some papers'
-    form), where the spec adds it to ``sqrt(v_hat)``."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.adamw(
-                optim.learning_rate,
-                b1=0.9,
-                b2=0.999,
-                eps=0.0,
-                eps_root=1e-8,
-                weight_decay=optim.weight_decay,
-            ),
-        )
-    )
-
-
-@bug
-def keras_default_epsilon():
-    """Keras's default epsilon 1e-7 copied into optax's AdamW (where the spec's is 1e-8)."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.adamw(
-                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-7, weight_decay=optim.weight_decay
-            ),
-        )
-    )
-
-
-@bug
-def adam_rates_swapped():
-    """``b1`` and ``b2`` given in the wrong order (``adamw(lr, 0.999, 0.9)``): the first step is the
-    spec's, the later ones are not."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.adamw(
-                optim.learning_rate, b1=0.999, b2=0.9, eps=1e-8, weight_decay=optim.weight_decay
-            ),
-        )
-    )
-
-
-@bug
-def update_added():
-    """The update added where it is subtracted: ``scale_by_learning_rate(lr, flip_sign=False)``
-    after ``scale_by_adam``, so every step climbs the loss."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            optax.clip_by_global_norm(optim.clip_norm),
-            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
-            optax.add_decayed_weights(optim.weight_decay),
-            optax.scale_by_learning_rate(optim.learning_rate, flip_sign=False),
-        )
-    )
 
 
 def _retracing_step(state, batch, eps):
@@ -843,6 +580,11 @@ def bad_input_worded_freely():
     return rebuild(_FreelyWordedAdapter)
 
 
+# the broken implementations whose causes the search of hypotheses names, after these
+
+# the broken implementations whose causes the search of hypotheses names, registered after these
+from cvae_rosetta.conformance.meta_tests import searched  # noqa: E402, F401
+
 NAMES: list[str] = list(BUGS)
 
 # What the suite's diagnosis must say of each: the earliest layer that fails
@@ -853,17 +595,22 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "std_as_exp_logvar": ("loss", "takes exp(logvar) as its standard deviation"),
     "loss_summed_over_batch": ("loss", "a sum over the batch where the spec averages"),
     "mse_summed_over_pixels": ("loss", "a sum over pixels where the spec averages"),
-    "logits_as_probabilities": ("forward", "decode returns probabilities sigmoid(logits)"),
+    "logits_as_probabilities": (
+        "forward",
+        "decode matches the float64 reference returning probabilities sigmoid(logits)",
+    ),
     "bernoulli_loss_from_probabilities": ("edges", "at saturated logits"),
     "encoder_ignores_label": ("forward", "the encoder ignores the label"),
     "one_hot_hardcoded_10": ("properties", "labels"),
-    "latent_split_swapped": ("forward", "encode returns (logvar, mean)"),
+    "latent_split_swapped": (
+        "forward",
+        "encode matches the float64 reference returning (logvar, mean)",
+    ),
     "relu_on_output_layer": ("forward", "a ReLU after the output layer"),
     "latent_kernel_transposed": ("forward", "['latent']['kernel'] transposed"),
     "latent_interleaved_in_conversion": (
         "forward",
-        "the latent layer's output is split interleaved (mean the even columns, logvar the odd "
-        "ones)",
+        "the latent layer's output split interleaved (mean the even columns, logvar the odd ones)",
     ),
     "biases_dropped_in_conversion": ("surface", "is all zeros"),
     "canonical_views_of_donated_buffers": ("jit", "to_canonical hands out the state's own buffers"),
@@ -897,4 +644,61 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "noise_shared_by_all_rows": ("loss", "the same noise row for every example"),
     "labels_not_range_checked": ("bad_input", "accepted, where the spec refuses it"),
     "bad_input_worded_freely": ("bad_input", "the spec's grammar"),
+    # found by the search of hypotheses (conformance/hypotheses.py), each part's ways
+    "bernoulli_mean_over_pixels": ("loss", "recon is 1/64 of the reference"),
+    "kl_mean_over_latent_dimensions": (
+        "loss",
+        "kl is 1/8 of the reference (0.175605 against 1.40484): a mean over latent dimensions",
+    ),
+    "kl_missing_half_and_averaged": (
+        "loss",
+        "kl is 1/4 of the reference (0.351211 against 1.40484): a mean over latent dimensions "
+        "where the spec sums, and the KL terms written without their factor 0.5",
+    ),
+    "kl_reported_weighted": (
+        "loss",
+        "the factor is beta = 0.25 (config.loss.beta): kl reported weighted, beta * kl",
+    ),
+    "beta_weighs_reconstruction": ("loss", "loss is beta * recon + kl"),
+    "label_concatenated_first": (
+        "forward",
+        "with the one-hot label concatenated before its input ([one_hot(c), x])",
+    ),
+    "gelu_hidden_activation": ("forward", "with GELU (tanh approximation"),
+    "relu_after_latent_layer": ("forward", "with a ReLU after the latent layer"),
+    "tanh_activation_label_first": (
+        "forward",
+        "with tanh as the hidden layers' activation and with the one-hot label concatenated "
+        "before its input",
+    ),
+    "clipping_after_adam": ("step", "the step is AdamW's with clip_by_global_norm after Adam"),
+    "clipping_per_variable": ("step", "with each variable clipped to norm clip_norm on its own"),
+    "clipping_per_variable_after_adam": (
+        "step",
+        "with clip_by_global_norm after Adam (the update clipped, not the gradient: "
+        "optax.chain(adamw(...), clip_by_global_norm(...))) and with each variable clipped",
+    ),
+    "weight_decay_not_scaled_by_rate": (
+        "step",
+        "with the weight decay not scaled by the learning rate",
+    ),
+    "weight_decay_in_adam_gradient": ("step", "torch.optim.Adam's weight_decay"),
+    "weight_decay_forgotten": ("step", "without weight decay"),
+    "epsilon_inside_root": ("step", "with epsilon inside the root, sqrt(v_hat + eps)"),
+    "keras_default_epsilon": ("step", "with epsilon 1e-07 (Keras's default)"),
+    "adam_rates_swapped": ("later_steps", "with b1 and b2 swapped"),
+    "update_added": ("step", "with every update's sign flipped"),
+    "adam_first_moment_corrected_only": ("step", "with the bias correction of m alone"),
+    "adam_second_moment_corrected_only": ("step", "with the bias correction of v alone"),
+    "keras_adam_at_its_default_epsilon": (
+        "step",
+        "and Keras's default epsilon 1e-07 where the spec's is 1e-08",
+    ),
+    "gelu_exact_hidden_activation": ("forward", "with exact GELU (erf form"),
+    "silu_hidden_activation": ("forward", "with SiLU (swish) as the hidden layers' activation"),
+    "sigmoid_hidden_activation": ("forward", "with sigmoid as the hidden layers' activation"),
+    "leaky_relu_hidden_activation": ("forward", "with leaky ReLU (slope 0.01)"),
+    "elu_hidden_activation": ("forward", "with ELU as the hidden layers' activation"),
+    "softplus_hidden_activation": ("forward", "with softplus as the hidden layers' activation"),
+    "last_hidden_layer_linear": ("forward", "with no activation after the last hidden layer"),
 }

@@ -5,12 +5,15 @@ The reference (``pure_jax``, loaded by name like any implementation: the suite i
 tree from its pieces (``impls/pure_jax.py``'s ``dense``, ``mlp``, ``encode`` and ``decode``):
 :func:`pipeline` with nothing swapped computes what the reference does, bit for bit
 (``test_meta.py`` holds it to that), so each broken implementation of
-:mod:`cvae_rosetta.conformance.meta_tests.broken` differs from the reference by its bug alone.
+:mod:`cvae_rosetta.conformance.meta_tests.broken` and ``searched`` differs from the reference by
+its bug alone. :func:`hand_written_adamw` is the spec's optimiser with Adam written out by hand,
+for the bugs of its arithmetic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -21,6 +24,7 @@ from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, LossConfig, OptimConfig
 from cvae_rosetta.spec.losses import bernoulli_recon, kl_terms
 from cvae_rosetta.spec.model import condition, reparameterize, split_moments
+from cvae_rosetta.spec.optim import schedule
 from cvae_rosetta.spec.protocol import Adapter
 from cvae_rosetta.spec.state import TrainState
 
@@ -46,25 +50,32 @@ def dense(layer, h):
     return h @ layer["kernel"].astype(h.dtype) + layer["bias"].astype(h.dtype)
 
 
-def mlp(layers, h, linear=dense):
+def mlp(layers, h, linear=dense, act=jax.nn.relu):
     for layer in layers:
-        h = jax.nn.relu(linear(layer, h))
+        h = act(linear(layer, h))
     return h
 
 
-def encoder(*, cond=condition, split=split_moments, linear=dense):
+def encoder(*, cond=condition, split=split_moments, linear=dense, act=jax.nn.relu):
     def encode(params, x, c, model):
         h = cond(x.astype(model.compute_dtype), c, model.num_classes)
-        s = linear(params["latent"], mlp(params["encoder"], h, linear))
+        s = linear(params["latent"], mlp(params["encoder"], h, linear, act))
         return split(s, model.latent_dim)
 
     return encode
 
 
-def decoder(*, cond=condition, relu_output=False, output=lambda logits: logits, linear=dense):
+def decoder(
+    *,
+    cond=condition,
+    relu_output=False,
+    output=lambda logits: logits,
+    linear=dense,
+    act=jax.nn.relu,
+):
     def decode(params, z, c, model):
         *hidden, out = params["decoder"]
-        h = mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes), linear)
+        h = mlp(hidden, cond(z.astype(model.compute_dtype), c, model.num_classes), linear, act)
         logits = linear(out, h)
         if relu_output:
             logits = jax.nn.relu(logits)
@@ -153,3 +164,46 @@ def state_with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformat
 
 def init_with(create):
     return lambda key, config: create(reference_params(key, config), config)
+
+
+def adam_written_out(
+    *, correct_first: bool, correct_second: bool, folded: bool = False, eps: float = 1e-8
+) -> optax.GradientTransformation:
+    """Adam (b1 0.9, b2 0.999) written out by hand in optax's state: each moment bias-corrected
+    or not, or (``folded``) both corrections folded into the rate with epsilon on the raw root, as
+    Keras writes it."""
+    b1, b2 = 0.9, 0.999
+
+    def init(params):
+        mu, nu = (jax.tree.map(jnp.zeros_like, params) for _ in range(2))
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=mu, nu=nu)
+
+    def update(updates, state, params=None):
+        del params
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        count = optax.safe_int32_increment(state.count)
+        t = count.astype(jnp.float32)
+        c1 = 1 - b1**t if correct_first else 1.0
+        c2 = 1 - b2**t if correct_second else 1.0
+        if folded:
+            rate = jnp.sqrt(1 - b2**t) / (1 - b1**t)
+            new = jax.tree.map(lambda m, v: rate * m / (jnp.sqrt(v) + eps), mu, nu)
+        else:
+            new = jax.tree.map(lambda m, v: (m / c1) / (jnp.sqrt(v / c2) + eps), mu, nu)
+        return new, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+@functools.cache
+def hand_written_adamw(optim: OptimConfig, **adam) -> optax.GradientTransformation:
+    """The spec's chain with Adam written out by hand (:func:`adam_written_out` with ``adam``),
+    then the decay and the rate (its schedule's, where it has one), as optax's adamw has them."""
+    rate = optim.learning_rate if optim.schedule == "constant" else schedule(optim)
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm),
+        adam_written_out(**adam),
+        optax.add_decayed_weights(optim.weight_decay),
+        optax.scale_by_learning_rate(rate),
+    )

@@ -1,0 +1,370 @@
+r"""Broken implementations whose causes the suite finds by its search of hypotheses.
+
+Each is the reference with a mistake from a family of ``cvae_rosetta.conformance.hypotheses`` (or,
+for the loss, a factor of :func:`cvae_rosetta.conformance.common.explain_ratio`'s products): one
+for each way of a part that no entry of ``broken`` covers, and one with two departures in the same
+part or layer (per-variable clipping after Adam; the KL without its 0.5 and averaged; tanh with
+the label first), which the diagnosis must name together. Registered like ``broken``'s, after
+them; ``broken.EXPECTED`` holds each to its diagnosis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from cvae_rosetta.conformance.meta_tests.pieces import (
+    BASE,
+    decoder,
+    dense,
+    encoder,
+    hand_written_adamw,
+    init_with,
+    make_objective,
+    pipeline,
+    state_with_optimizer,
+)
+from cvae_rosetta.conformance.meta_tests.registry import bug
+from cvae_rosetta.spec.config import OptimConfig
+from cvae_rosetta.spec.model import condition, split_moments
+from cvae_rosetta.spec.protocol import Adapter
+
+# --- the loss -------------------------------------------------------------------------------------
+
+
+def _bernoulli_mean_over_pixels(logits, x):
+    logits = logits.astype(jnp.float32)
+    return jnp.mean(jax.nn.softplus(logits) - logits * x.astype(jnp.float32), axis=-1)
+
+
+@bug
+def bernoulli_mean_over_pixels():
+    """The Bernoulli term averaged over pixels, ``optax.sigmoid_binary_cross_entropy(...).mean()``
+    over every element, where the spec sums over pixels and averages over the batch."""
+    return pipeline(objective=make_objective(recon=_bernoulli_mean_over_pixels))
+
+
+@bug
+def kl_mean_over_latent_dimensions():
+    """The KL term averaged over latent dimensions (``jnp.mean(kl_terms(...))`` over every element)
+    where the Bernoulli loss sums them."""
+    return pipeline(objective=make_objective(kl_latent_reduce=jnp.mean))
+
+
+@bug
+def kl_missing_half_and_averaged():
+    """Two slips in one term: the KL without its 0.5, and averaged over latent dimensions."""
+    return pipeline(
+        objective=make_objective(
+            kl=lambda m, lv: jnp.exp(lv) + jnp.square(m) - 1.0 - lv, kl_latent_reduce=jnp.mean
+        )
+    )
+
+
+@bug
+def kl_reported_weighted():
+    """``metrics["kl"]`` reported as ``beta * kl``, the term as it enters the loss, while the loss
+    itself is right: the spec's metrics report the unweighted KL."""
+
+    def finish(recon, kl, beta):
+        total = recon + beta * kl
+        return total, {"loss": total, "recon": recon, "kl": beta * kl}
+
+    return pipeline(objective=make_objective(finish=finish))
+
+
+@bug
+def beta_weighs_reconstruction():
+    """``loss = beta * recon + kl``: beta put on the wrong term (reading beta as the weight of the
+    data term)."""
+
+    def finish(recon, kl, beta):
+        total = beta * recon + kl
+        return total, {"loss": total, "recon": recon, "kl": kl}
+
+    return pipeline(objective=make_objective(finish=finish))
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+def _label_first(h, c, num_classes):
+    return jnp.concatenate([jax.nn.one_hot(c, num_classes, dtype=h.dtype), h], axis=-1)
+
+
+@bug
+def label_concatenated_first():
+    """The one-hot label concatenated before the input, ``[one_hot(c), x]`` (and ``[one_hot(c),
+    z]``), where the spec's canonical kernels read ``[x, one_hot(c)]``: the shapes agree."""
+    return pipeline(
+        encode=encoder(cond=_label_first),
+        decode=decoder(cond=_label_first),
+    )
+
+
+@bug
+def gelu_hidden_activation():
+    """GELU as the hidden layers' activation (a transformer habit) where the spec's is ReLU."""
+    return pipeline(encode=encoder(act=jax.nn.gelu), decode=decoder(act=jax.nn.gelu))
+
+
+def _relu_latent(s, latent_dim):
+    return split_moments(jax.nn.relu(s), latent_dim)
+
+
+@bug
+def relu_after_latent_layer():
+    """The latent layer built like the hidden ones, with its ReLU (``Dense(2 * L,
+    activation='relu')``): mean and logvar are never negative."""
+    return pipeline(encode=encoder(split=_relu_latent))
+
+
+@bug
+def tanh_activation_label_first():
+    """Two slips in the forward pass: tanh as the hidden activation, and the label concatenated
+    before the input."""
+    return pipeline(
+        encode=encoder(cond=_label_first, act=jnp.tanh),
+        decode=decoder(cond=_label_first, act=jnp.tanh),
+    )
+
+
+# --- optimisation ---------------------------------------------------------------------------------
+
+
+def _with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]) -> Adapter:
+    create = state_with_optimizer(functools.cache(make))
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
+
+
+def _adamw(optim: OptimConfig, **changes) -> optax.GradientTransformation:
+    """The spec's chain, ``clip_by_global_norm`` then ``adamw``, with ``adamw``'s arguments
+    ``changes`` changed."""
+    settings = dict(b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay) | changes
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm), optax.adamw(optim.learning_rate, **settings)
+    )
+
+
+def _clip_each_leaf(clip_norm: float) -> optax.GradientTransformation:
+    """Each variable's gradient clipped to norm ``clip_norm`` on its own (Keras's ``clipnorm``)."""
+
+    def clip(updates, state, params=None):
+        del params
+        scaled = jax.tree.map(
+            lambda g: g * jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.linalg.norm(g), 1e-30)),
+            updates,
+        )
+        return scaled, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), clip)
+
+
+@bug
+def clipping_after_adam():
+    """The chain written the other way round, ``optax.chain(adamw(...), clip_by_global_norm(...))``:
+    Adam's update is clipped, not the gradient, so a small clip norm all but stops the step."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+            optax.clip_by_global_norm(optim.clip_norm),
+        )
+    )
+
+
+@bug
+def clipping_per_variable():
+    """Keras's ``clipnorm`` (each variable's gradient clipped to the norm on its own) where the
+    spec clips the global norm (Keras's ``global_clipnorm``)."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            _clip_each_leaf(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+        )
+    )
+
+
+@bug
+def clipping_per_variable_after_adam():
+    """Two mistakes in one part: each variable's update clipped on its own, after Adam."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+            _clip_each_leaf(optim.clip_norm),
+        )
+    )
+
+
+@bug
+def weight_decay_not_scaled_by_rate():
+    """The AdamW paper's ``theta -= lr * adam + wd * theta`` where optax (the spec) scales the decay
+    by the rate too: ``scale_by_adam``, ``scale(-lr)``, then ``add_decayed_weights(-wd)``."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
+            optax.scale(-optim.learning_rate),
+            optax.add_decayed_weights(-optim.weight_decay),
+        )
+    )
+
+
+@bug
+def weight_decay_in_adam_gradient():
+    """``torch.optim.Adam(weight_decay=...)``'s habit: ``weight_decay * params`` added to the
+    clipped gradient inside the optimiser, before Adam, where AdamW decouples it."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.add_decayed_weights(optim.weight_decay),
+            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
+        )
+    )
+
+
+@bug
+def weight_decay_forgotten():
+    """``optax.adam`` where the spec has ``optax.adamw``: ``weight_decay`` never read."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
+        )
+    )
+
+
+@bug
+def epsilon_inside_root():
+    """Epsilon inside the square root, ``sqrt(v_hat + eps)`` (optax's ``eps_root``, some papers'
+    form), where the spec adds it to ``sqrt(v_hat)``."""
+    return _with_optimizer(lambda optim: _adamw(optim, eps=0.0, eps_root=1e-8))
+
+
+@bug
+def keras_default_epsilon():
+    """Keras's default epsilon 1e-7 copied into optax's AdamW (where the spec's is 1e-8)."""
+    return _with_optimizer(lambda optim: _adamw(optim, eps=1e-7))
+
+
+@bug
+def adam_rates_swapped():
+    """``b1`` and ``b2`` given in the wrong order (``adamw(lr, 0.999, 0.9)``): the first step is the
+    spec's, the later ones are not."""
+    return _with_optimizer(lambda optim: _adamw(optim, b1=0.999, b2=0.9))
+
+
+@bug
+def update_added():
+    """The update added where it is subtracted: ``scale_by_learning_rate(lr, flip_sign=False)``
+    after ``scale_by_adam``, so every step climbs the loss."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
+            optax.add_decayed_weights(optim.weight_decay),
+            optax.scale_by_learning_rate(optim.learning_rate, flip_sign=False),
+        )
+    )
+
+
+@bug
+def adam_first_moment_corrected_only():
+    """Adam written out by hand with ``m_hat = m / (1 - b1^t)`` but ``v`` used as it is: the
+    second correction forgotten."""
+    return _with_optimizer(
+        lambda optim: hand_written_adamw(optim, correct_first=True, correct_second=False)
+    )
+
+
+@bug
+def adam_second_moment_corrected_only():
+    """Adam written out by hand with ``v_hat = v / (1 - b2^t)`` but ``m`` used as it is: the
+    first correction forgotten."""
+    return _with_optimizer(
+        lambda optim: hand_written_adamw(optim, correct_first=False, correct_second=True)
+    )
+
+
+@bug
+def keras_adam_at_its_default_epsilon():
+    """``keras.optimizers.AdamW`` as it is, default epsilon included: the corrections folded into
+    the rate, epsilon 1e-7 on the raw root, where the spec adds 1e-8 to the corrected root."""
+    return _with_optimizer(
+        lambda optim: hand_written_adamw(
+            optim, correct_first=False, correct_second=False, folded=True, eps=1e-7
+        )
+    )
+
+
+def _activated(act) -> Adapter:
+    return pipeline(encode=encoder(act=act), decode=decoder(act=act))
+
+
+@bug
+def gelu_exact_hidden_activation():
+    """PyTorch's ``nn.GELU()`` (the exact erf form) as the hidden activation, where the spec's is
+    ReLU."""
+    return _activated(functools.partial(jax.nn.gelu, approximate=False))
+
+
+@bug
+def silu_hidden_activation():
+    """SiLU (swish, ``jax.nn.silu``) as the hidden activation, a habit from diffusion models'
+    networks, where the spec's is ReLU."""
+    return _activated(jax.nn.silu)
+
+
+@bug
+def sigmoid_hidden_activation():
+    """Sigmoid hidden layers, as in textbook multilayer perceptrons, where the spec's is ReLU."""
+    return _activated(jax.nn.sigmoid)
+
+
+@bug
+def leaky_relu_hidden_activation():
+    """Leaky ReLU (slope 0.01, ``jax.nn.leaky_relu``'s default), a GAN habit, where the spec's is
+    ReLU."""
+    return _activated(jax.nn.leaky_relu)
+
+
+@bug
+def elu_hidden_activation():
+    """ELU hidden layers (``jax.nn.elu``), where the spec's is ReLU."""
+    return _activated(jax.nn.elu)
+
+
+@bug
+def softplus_hidden_activation():
+    """Softplus hidden layers (a smooth ReLU), where the spec's is ReLU."""
+    return _activated(jax.nn.softplus)
+
+
+def _mlp_last_linear(layers, h, linear):
+    *activated, last = layers
+    for layer in activated:
+        h = jax.nn.relu(linear(layer, h))
+    return linear(last, h)
+
+
+def _encode_last_hidden_linear(params, x, c, model):
+    h = condition(x.astype(model.compute_dtype), c, model.num_classes)
+    s = dense(params["latent"], _mlp_last_linear(params["encoder"], h, dense))
+    return split_moments(s, model.latent_dim)
+
+
+@bug
+def last_hidden_layer_linear():
+    """The encoder's layers written as ``Sequential([Dense, ReLU, Dense])``, the activation after
+    its last hidden layer left out, where the spec applies ReLU after every hidden layer."""
+    return pipeline(encode=_encode_last_hidden_linear)
