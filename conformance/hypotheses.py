@@ -255,10 +255,13 @@ def _clipped(v: np.ndarray, clip: float, reach: str, flat: _Flat) -> np.ndarray:
         return v * np.minimum(1.0, np.where(norm > 0, clip / norm, 1.0))
 
 
-def _walk(h: Hypothesis, history: Sequence[tuple[np.ndarray, np.ndarray]], optim, flat) -> Any:
+def _walk(
+    h: Hypothesis, history: Sequence[tuple[np.ndarray, np.ndarray]], optim, flat
+) -> tuple[np.ndarray, np.ndarray]:
     """The parameters hypothesis ``h`` reaches from the last ``before`` of ``history`` (pairs of
     the parameters before each step and the float64 gradient there), its state carried along from
-    the first."""
+    the first; and the size of the last update's terms before they add up (Adam's and the
+    decay's), which float32 rounds."""
     way = {name: w.key for name, w in h.ways.items()}
     b1, b2 = (B2, B1) if way["moment rates"] == "swapped" else (B1, B2)
     wd, clip = float(optim.weight_decay), float(optim.clip_norm)
@@ -283,14 +286,15 @@ def _walk(h: Hypothesis, history: Sequence[tuple[np.ndarray, np.ndarray]], optim
             if way["epsilon"].startswith("uncorrected"):
                 eps /= math.sqrt(1 - b2**count)
             adam = (m / c1) / (np.sqrt(v / c2) + eps)
-        update = {
-            "decoupled": rate * (adam + wd * p),
-            "unscaled": rate * adam + wd * p,
-        }.get(way["weight decay"], rate * adam)
+        decay = {"decoupled": rate * wd * p, "unscaled": wd * p}.get(way["weight decay"], 0.0)
+        update = rate * adam + decay
+        size = np.abs(rate * adam) + np.abs(decay)  # the terms' size, before they cancel
         if way["clipping"] == "after":
-            update = _clipped(update, clip, way["clipping's reach"], flat)
+            clipped = _clipped(update, clip, way["clipping's reach"], flat)
+            size = size * np.abs(clipped / np.where(update == 0, 1.0, update))
+            update = clipped
         last = p + update if way["direction"] == "ascent" else p - update
-    return last
+    return last, size
 
 
 def _inert(h: Hypothesis, optim: OptimConfig, steps: int) -> bool:
@@ -327,27 +331,32 @@ def search_step(
     a sentence; None when the spec's own step fits best or none fits. ``history``: ``(before,
     float64 gradient)`` for every step so far, the first from a fresh optimiser.
 
-    A hypothesis fits when, on every entry, what it leaves unexplained is under half of its own
-    move plus one float32 rounding of the entry (parameters that stayed still fit no hypothesis
-    that moves them, however little). Where several fit, the closest wins, and among those as
-    close as it the one with the fewest departures; others as close are named after it."""
+    A hypothesis fits when, on every entry, what it leaves unexplained is within the check's
+    tolerance and within two float32 roundings of the entry, 1e-4 of the update's terms (float32
+    Adam's constants round to about that) and 1% of the hypothesis's own move
+    (parameters that stayed still fit no hypothesis that moves them, however little). Where
+    several fit, the closest wins, and among those as close as it the one with the fewest
+    departures; others as close are named after it."""
     flat = _Flat(got)
     steps = [(flat.vector(p), flat.vector(g)) for p, g in history]
     target = flat.vector(got)
     mask = flat.vector(masks) > 0
     start = steps[-1][0]
-    ulp = np.spacing(np.abs(target[mask]).astype(np.float32)).astype(np.float64)
+    # float32 rounding on the scale of the operands: the parameters before and after
+    scale = np.maximum(np.abs(target[mask]), np.abs(start[mask]))
+    ulp = np.spacing(scale.astype(np.float32)).astype(np.float64)
     fits = []
     for h in hypotheses(optimiser_parts(optim, len(steps))):
         if _inert(h, optim, len(steps)):
             continue
-        want = _walk(h, steps, optim, flat)[mask]
+        want, size = (v[mask] for v in _walk(h, steps, optim, flat))
         error = np.abs(target[mask] - want)
-        if np.all(error <= atol + rtol * np.abs(want)):
-            # how much of its own move a hypothesis leaves unexplained, float32 rounding aside
-            score = float(np.max(error / (np.abs(want - start[mask]) + ulp)))
-            if score < 0.5:
-                fits.append((score, h))
+        move = np.abs(want - start[mask])
+        # within the check's tolerance, and within float32 rounding (of the parameters, and of
+        # Adam's constants in the update's terms) and 1% of its own move
+        near = 2 * ulp + 1e-4 * size + 0.01 * move
+        if np.all(error <= atol + rtol * np.abs(want)) and np.all(error <= near):
+            fits.append((float(np.max(error / (move + ulp))), h))
     if not fits:
         return None
     best = min(score for score, _ in fits)
@@ -378,6 +387,34 @@ def searched_step(optim: OptimConfig, steps: int) -> Callable[[], str]:
     return said
 
 
+def scaled_update(got: Any, start: Any, want: Any, optim: OptimConfig, masks: Any) -> str | None:
+    """The step's update as a multiple of the spec's, on the entries ``masks`` selects, where the
+    factor is a config value (the rate, the clip norm, their inverses) or a product
+    :func:`common.explain_ratio` names: ``the step's update is 0.001 times the spec's: the factor
+    is optim.learning_rate``."""
+    from cvae_rosetta.conformance.common import Hints, explain_ratio
+
+    flat = _Flat(got)
+    mask = flat.vector(masks) > 0
+    moved = (flat.vector(got) - flat.vector(start))[mask]
+    spec = (flat.vector(want) - flat.vector(start))[mask]
+    square = float(np.sum(spec * spec))
+    if square == 0.0:
+        return None
+    scale = float(np.sum(moved * spec)) / square
+    if np.linalg.norm(moved - scale * spec) > 1e-3 * abs(scale) * math.sqrt(square):
+        return None
+    lr, clip = float(optim.learning_rate), float(optim.clip_norm)
+    notes = {
+        lr: f"the factor is optim.learning_rate = {lr:g}: the rate applied twice",
+        1 / lr: f"the factor is 1/optim.learning_rate: the update not scaled by the rate {lr:g}",
+        clip: f"the factor is optim.clip_norm = {clip:g}",
+    }
+    if clip != 1.0:
+        notes[1 / clip] = f"the factor is 1/optim.clip_norm (clip_norm = {clip:g})"
+    return explain_ratio("the step's update", scale, 1.0, Hints(notes=notes), show=False)
+
+
 def unchanged_or_moved(got: Any, start: Any, want: Any, atol: float) -> str | None:
     """A true sentence for parameters that stayed where they were, or moved less than the
     check's tolerance ``atol`` where the spec's step moves them further."""
@@ -403,12 +440,18 @@ def explain_step(
     atol: float,
     want: Any,
 ) -> Callable[[], str | None]:
-    """What a failed step check's ``explain`` runs: the search, else the true sentence on how far
-    the parameters moved."""
+    """What a failed step check's ``explain`` runs: the search, else the update as a multiple of
+    the spec's that a config value names, else the true sentence on how far the parameters
+    moved."""
 
     def explain() -> str | None:
         found = search_step(got, history, optim, masks, atol)
-        return found or unchanged_or_moved(got, history[-1][0], want, atol)
+        start = history[-1][0]
+        return (
+            found
+            or scaled_update(got, start, want, optim, masks)
+            or unchanged_or_moved(got, start, want, atol)
+        )
 
     return explain
 
