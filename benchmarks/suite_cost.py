@@ -3,11 +3,12 @@
 Each case is one ``pytest --pyargs cvae_rosetta.conformance`` run in a fresh interpreter, timed
 whole (start-up and compilation included), with the plugin's compilation cache in an empty folder
 of its own, as a first run has: the default profile on passing implementations (``--passing``),
-and single-bug mutants (``--bugs``, of ``meta_tests.broken``) with ``--first-layer`` until the
-diagnosis. Each passing case also runs with ``--full-optimization``, with ``--compilation-cache
-off``, and with a cache an unmeasured run filled first (a repeated run). Peak memory is the child's
-maximum resident set size; figures are medians over ``--rounds``. ``--render`` only writes the
-table into docs/conformance.md (a measurement does too).
+and single-bug mutants (``--bugs``, of ``meta_tests.broken`` and ``searched``) with
+``--first-layer`` until the diagnosis. Each passing case also runs with ``--full-optimization``,
+with ``--compilation-cache off``, and with a cache an unmeasured run filled first (a repeated
+run). Peak memory is the child's maximum resident set size; figures are medians over
+``--rounds``. ``--render`` only writes the table into docs/conformance.md (a measurement does
+too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from cvae_rosetta.bench import results
 from cvae_rosetta.bench.markdown import impl_label, markdown_table, write_between_markers
+from cvae_rosetta.conformance.meta_tests import broken
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +34,7 @@ DOC = ROOT / "docs" / "conformance.md"
 BEGIN, END = "<!-- suite-cost:begin -->", "<!-- suite-cost:end -->"
 # single bugs a porting mistake makes, each caught in a different layer
 BUGS = ("encoder_ignores_label", "loss_summed_over_batch", "kl_missing_half")
-BUGS += ("optimizer_state_not_advanced",)
-BROKEN = "cvae_rosetta.conformance.meta_tests.broken"
+BUGS += ("optimizer_state_not_advanced", "clipping_after_adam")  # the last: named by the search
 GOALS = {"passing_seconds": 40.0, "passing_rss_gb": 1.5, "bug_seconds": 60.0}
 PASSING = (  # the runs of a passing implementation: kind, compilation cache, more options
     ("passing, first run", "empty", ()),
@@ -86,7 +87,7 @@ def measure(args: argparse.Namespace, command: list[str]) -> dict:
     kept = [p for p in PASSING if p[1] != "warm" or not args.no_cache]  # --no-cache: no warm
     plan = [(name, kind, False, cache, extra) for kind, cache, extra in kept for name in passing]
     bugs = [n for n in args.bugs.split(",") if n]
-    plan += [(f"{BROKEN}:{bug}", "one bug, --first-layer", True, "empty", ()) for bug in bugs]
+    plan += [(broken.target(bug), "one bug, --first-layer", True, "empty", ()) for bug in bugs]
     for target, kind, first_layer, cache, extra in plan:
         runs = [run_case(target, first_layer, cache, extra) for _ in range(args.rounds)]
         case = {"target": target, "kind": kind, **runs[-1]}  # the last run's, but for:
