@@ -111,6 +111,18 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                     "clipnorm; global_clipnorm is the spec's)",
                     f"the spec clips to the {clip} of all the gradients together",
                 ),
+                Way(
+                    "by value",
+                    "with each entry clipped to [-clip_norm, clip_norm] (clip_by_value, Keras's "
+                    "clipvalue)",
+                    f"the spec scales the whole gradient down to {clip}",
+                ),
+                Way(
+                    "squared norm",
+                    "with the clip factor min(1, clip_norm / sum(g^2)), the norm's square root "
+                    "left out",
+                    f"the spec's factor is min(1, clip_norm / sqrt(sum(g^2))), to {clip}",
+                ),
             ),
         ),
         Part(
@@ -195,6 +207,18 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
             ),
         ),
         Part(
+            "second moment",
+            (
+                Way("average"),
+                Way(
+                    "running max corrected",
+                    "with AMSGrad's running maximum of the corrected v_hat in the root "
+                    "(optax.amsgrad)",
+                    "the spec's Adam divides by the root of v itself",
+                ),
+            ),
+        ),
+        Part(
             "moment rates",
             (
                 Way("spec"),
@@ -250,7 +274,10 @@ class _Flat:
 
 
 def _clipped(v: np.ndarray, clip: float, reach: str, flat: _Flat) -> np.ndarray:
+    if reach == "by value":
+        return np.clip(v, -clip, clip)
     norm = flat.leaf_norms(v) if reach == "per leaf" else np.sqrt(np.sum(v * v))
+    norm = norm * norm if reach == "squared norm" else norm
     with np.errstate(divide="ignore"):
         return v * np.minimum(1.0, np.where(norm > 0, clip / norm, 1.0))
 
@@ -265,11 +292,11 @@ def _walk(
     way = {name: w.key for name, w in h.ways.items()}
     b1, b2 = (B2, B1) if way["moment rates"] == "swapped" else (B1, B2)
     wd, clip = float(optim.weight_decay), float(optim.clip_norm)
-    m = v = np.zeros_like(history[0][0])
+    m = v = top = np.zeros_like(history[0][0])
     count = 0
     for p, g in history:
         if way["state"] == "restarts":
-            m, v, count = np.zeros_like(p), np.zeros_like(p), 0
+            m, v, top, count = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p), 0
         rate = reference.learning_rate(optim, count)
         g = g + wd * p if way["weight decay"] == "l2 loss" else g
         if way["clipping"] == "before":
@@ -279,13 +306,15 @@ def _walk(
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
         c1 = 1 - b1**count if way["bias correction"] in ("both", "first only") else 1.0
         c2 = 1 - b2**count if way["bias correction"] in ("both", "second only") else 1.0
+        top = np.maximum(top, v / c2 if way["second moment"] == "running max corrected" else v)
+        root = {"running max": top, "running max corrected": top * c2}.get(way["second moment"], v)
         eps = KERAS_EPS if "keras" in way["epsilon"] else EPS
         if way["epsilon"] == "inside":
-            adam = (m / c1) / np.sqrt(v / c2 + eps)
+            adam = (m / c1) / np.sqrt(root / c2 + eps)
         else:
             if way["epsilon"].startswith("uncorrected"):
                 eps /= math.sqrt(1 - b2**count)
-            adam = (m / c1) / (np.sqrt(v / c2) + eps)
+            adam = (m / c1) / (np.sqrt(root / c2) + eps)
         decay = {"decoupled": rate * wd * p, "unscaled": wd * p}.get(way["weight decay"], 0.0)
         update = rate * adam + decay
         size = np.abs(rate * adam) + np.abs(decay)  # the terms' size, before they cancel
@@ -299,9 +328,10 @@ def _walk(
 
 def _inert(h: Hypothesis, optim: OptimConfig, steps: int) -> bool:
     """Whether a departure of ``h`` changes nothing for this config and number of steps (the state
-    restarting before the second step, decay choices without decay, a reach with no clipping)."""
+    restarting or AMSGrad's maximum before the second step, decay choices without decay, a reach
+    with no clipping)."""
     for name, _ in h.departures:
-        if name == "state" and steps < 2:
+        if name in ("state", "second moment") and steps < 2:
             return True
         if name == "weight decay" and not optim.weight_decay:
             return True
@@ -515,6 +545,18 @@ def forward_parts(which: str) -> tuple[Part, ...]:
             ),
         ),
     )
+    label = Part(
+        "label",
+        (
+            Way("one_hot(c)"),
+            Way(
+                "shifted",
+                "with the labels shifted, one_hot(c - 1) (a port from 1-based labels; label 0 "
+                "a row of zeros)",
+                "the spec's one_hot(c) takes c in [0, num_classes)",
+            ),
+        ),
+    )
     if which == "decode":
         output = Part(
             "output",
@@ -530,7 +572,7 @@ def forward_parts(which: str) -> tuple[Part, ...]:
                 ),
             ),
         )
-        return (hidden, placement, order, output)
+        return (hidden, placement, order, label, output)
     split = Part(
         "split",
         (
@@ -560,14 +602,49 @@ def forward_parts(which: str) -> tuple[Part, ...]:
             ),
         ),
     )
-    return (hidden, placement, order, split, latent)
+    given = Part(
+        "input",
+        (
+            Way("as given"),
+            Way(
+                "rescaled",
+                "with x rescaled to [-1, 1] (2x - 1) before the encoder",
+                "the spec feeds x in [0, 1] as it is",
+            ),
+            Way(
+                "binarised",
+                "with x binarised (x > 0.5) before the encoder",
+                "the spec feeds x in [0, 1] as it is",
+            ),
+            Way(
+                "transposed",
+                "with each image's pixels read column by column (the square image transposed: "
+                "a layout mix-up)",
+                "the spec's x is each image's rows one after the other",
+            ),
+        ),
+    )
+    return (hidden, placement, order, label, given, split, latent)
+
+
+def _given(x: np.ndarray, how: str) -> np.ndarray:
+    """The encoder's input as a port may have prepared it."""
+    if how == "rescaled":
+        return 2.0 * x - 1.0
+    if how == "binarised":
+        return (x > 0.5).astype(np.float64)
+    if how == "transposed":
+        side = math.isqrt(x.shape[1])
+        return x.reshape(-1, side, side).transpose(0, 2, 1).reshape(x.shape)
+    return x
 
 
 def _forward(ways: dict[str, Way], params, inputs, c, num_classes: int, which: str):
     way = {name: w.key for name, w in ways.items()}
     act = ACTIVATIONS[way["hidden activation"]][1]
-    label = reference.one_hot(c, num_classes)
-    inputs = np.asarray(inputs, np.float64)
+    c = np.asarray(c) - (way["label"] == "shifted")
+    label = reference.one_hot(np.maximum(c, 0), num_classes) * (c >= 0)[:, None]
+    inputs = _given(np.asarray(inputs, np.float64), way.get("input", "as given"))
     h = np.concatenate([label, inputs] if way["conditioning"] == "before" else [inputs, label], 1)
     p = reference.as64(params)
     layers = p["encoder"] if which == "encode" else p["decoder"]
@@ -619,6 +696,10 @@ def search_forward(
     parts = forward_parts(which)
     if which == "encode" and np.shape(got[0])[-1] < 2:  # one latent dimension: one split
         parts = tuple(part for part in parts if part.name != "split")
+    if which == "encode" and math.isqrt(np.shape(inputs)[-1]) ** 2 != np.shape(inputs)[-1]:
+        parts = tuple(
+            Part(part.name, tuple(w for w in part.ways if w.key != "transposed")) for part in parts
+        )  # no square image to transpose
     for h in hypotheses(parts):
         if not h.departures:
             continue

@@ -212,6 +212,15 @@ def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | 
     for noise, why in samples:
         if abs(got - recon(noise).recon) <= 1e-4 * abs(recon(noise).recon):
             return why
+    if kind == "bernoulli":  # optax's (logits, labels) given Keras's (y_true, y_pred) order
+        x = np.asarray(batch.x, np.float64)
+        swapped = float(np.mean(np.sum(np.logaddexp(x, 0.0) - ref.logits * x, axis=1)))
+        if abs(got - swapped) <= 1e-4 * abs(swapped):
+            return (
+                "recon is the Bernoulli loss with its arguments swapped, "
+                "sigmoid_binary_cross_entropy(x, logits) (Keras's (y_true, y_pred) order given "
+                "to optax's (logits, labels)), where the spec computes it of the logits against x"
+            )
     other = "mse" if kind == "bernoulli" else "bernoulli"
     if abs(got - recon(eps, other).recon) <= 1e-4 * abs(recon(eps, other).recon):
         return f"recon is the {other} reconstruction term where config.loss.kind is {kind!r}"
@@ -228,21 +237,30 @@ def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | 
     return None
 
 
-def step_noise_mistake(got: float, inputs: LossInputs) -> str:
+def step_noise_mistake(got: float, inputs: LossInputs, after: Any = None) -> str:
     """What a step's ``metrics["loss"]`` ``got`` shows where it is not the float64 reference's at
-    the spec's noise for the key of ``inputs``: the key whose noise it fits, among those a port
-    derives from the given key or makes itself; else that the noise (or the loss) is not the
-    spec's."""
+    the spec's noise for the key of ``inputs``: the loss at the parameters the step reached
+    (``after``, where given: metrics computed after the update); the key whose noise it fits,
+    among those a port derives from the given key or makes itself; else that the noise (or the
+    loss) is not the spec's."""
     from cvae_rosetta.conformance import reference
 
     params, batch, key, config = inputs
     model = config.model
 
-    def at(k) -> float:
+    def at(k, where=params) -> float:
         eps = spec_noise(k, batch.x.shape[0], model.latent_dim)
         return reference.loss_and_grad(
-            params, batch.x, batch.c, eps, num_classes=model.num_classes, loss=config.loss
+            where, batch.x, batch.c, eps, num_classes=model.num_classes, loss=config.loss
         ).loss
+
+    if after is not None and abs(got - at(key, after)) <= RTOL * abs(at(key, after)):
+        return (
+            f"train_step's metrics[\"loss\"] {got:.7g} is the float64 reference's at the "
+            f"parameters after the update, not before it ({at(key):.7g}): the step's metrics "
+            "are computed after applying the gradients, where the spec reports the loss the "
+            "gradients came from"
+        )
 
     others: dict[tuple[int, ...], tuple[str, jax.Array]] = {}  # by the key's bits
     for what, other in (
@@ -272,6 +290,20 @@ def step_noise_mistake(got: float, inputs: LossInputs) -> str:
         "split(key)[0], split(key)[1], fold_in(key, 0) or key(0): the step's noise is not "
         "normal(key, (B, L)) of the key it was given, or its loss is not the spec's"
     )
+
+
+def kl_offset_mistake(got: float, want: float, kind: str, latent_dim: int) -> str | None:
+    """What explains ``kl`` exceeding the reference by a constant: the KL terms' ``-1`` left out
+    (``0.5 (exp(logvar) + mean^2 - logvar)``: 1/2 more per term, so ``L/2`` more per example
+    under the Bernoulli loss's sum, 1/2 under the mse loss's mean)."""
+    offset = 0.5 * latent_dim if kind == "bernoulli" else 0.5
+    if abs((got - want) - offset) <= 1e-5 * max(abs(got), 1.0):
+        return (
+            f"kl is the reference's plus {offset:g} ({got:.6g} against {want:.6g}): the KL "
+            "terms written without their -1 (a constant, but the spec's KL is 0 at the prior), "
+            f"1/2 more per term{' summed over latent dimensions' if kind == 'bernoulli' else ''}"
+        )
+    return None
 
 
 def total_mistake(
@@ -340,7 +372,11 @@ def assert_loss_matches(loss, metrics, inputs: LossInputs, *, what: str = "") ->
         f"{what}kl",
         rtol=RTOL,
         atol=1e-6,
-        hints=Hints(axes=loss_axes(kind, "kl", b, model), notes=beta_notes("kl", beta, KL_NOTES)),
+        hints=Hints(
+            axes=loss_axes(kind, "kl", b, model),
+            notes=beta_notes("kl", beta, KL_NOTES),
+            explain=lambda: kl_offset_mistake(kl, ref.kl, kind, model.latent_dim),
+        ),
     )
     assert_close(
         recon,

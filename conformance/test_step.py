@@ -79,7 +79,9 @@ def test_train_step_draws_its_noise_from_the_key_it_is_given(impl, params, batch
         f'train_step\'s metrics["loss"] for {a}',
         rtol=RTOL,
         against="the float64 reference loss at the noise normal(key, (B, L)) of that key",
-        explain=lambda: step_noise_mistake(got, LossInputs(start, batch, key, CONFIG)),
+        explain=lambda: step_noise_mistake(
+            got, LossInputs(start, batch, key, CONFIG), after=seen[0][0]
+        ),
     )
 
 

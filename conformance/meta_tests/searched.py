@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 
 import jax
@@ -151,6 +152,18 @@ def _adamw(optim: OptimConfig, **changes) -> optax.GradientTransformation:
     )
 
 
+def _clip_then_adamw(clip: Callable[[float], optax.GradientTransformation]) -> Adapter:
+    """The spec's chain with its clipping replaced by ``clip(clip_norm)``."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            clip(optim.clip_norm),
+            optax.adamw(
+                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
+            ),
+        )
+    )
+
+
 def _clip_each_leaf(clip_norm: float) -> optax.GradientTransformation:
     """Each variable's gradient clipped to norm ``clip_norm`` on its own (Keras's ``clipnorm``)."""
 
@@ -183,14 +196,7 @@ def clipping_after_adam():
 def clipping_per_variable():
     """Keras's ``clipnorm`` (each variable's gradient clipped to the norm on its own) where the
     spec clips the global norm (Keras's ``global_clipnorm``)."""
-    return _with_optimizer(
-        lambda optim: optax.chain(
-            _clip_each_leaf(optim.clip_norm),
-            optax.adamw(
-                optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
-            ),
-        )
-    )
+    return _clip_then_adamw(_clip_each_leaf)
 
 
 @bug
@@ -368,3 +374,119 @@ def last_hidden_layer_linear():
     """The encoder's layers written as ``Sequential([Dense, ReLU, Dense])``, the activation after
     its last hidden layer left out, where the spec applies ReLU after every hidden layer."""
     return pipeline(encode=_encode_last_hidden_linear)
+
+
+def _clip_by_norm_without_root(clip_norm: float) -> optax.GradientTransformation:
+    def update(updates, state, params=None):
+        del params
+        total = sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(updates))
+        scale = jnp.minimum(1.0, clip_norm / total)
+        return jax.tree.map(lambda g: g * scale, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+@bug
+def clipping_by_value():
+    """``optax.clip(clip_norm)`` (Keras's ``clipvalue``): every entry clipped to [-c, c] where the
+    spec scales the whole gradient down to global norm c."""
+    return _clip_then_adamw(optax.clip)
+
+
+@bug
+def clipping_norm_without_root():
+    """The global norm written as ``sum(g ** 2)``, its square root left out, in a clip written by
+    hand: the factor is ``min(1, c / sum(g^2))``."""
+    return _clip_then_adamw(_clip_by_norm_without_root)
+
+
+@bug
+def amsgrad_from_optax():
+    """``optax.amsgrad`` (with the decay added) where the spec has Adam: the root of the running
+    maximum of ``v_hat``, the same as Adam at the first step and not after."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.scale_by_amsgrad(b1=0.9, b2=0.999, eps=1e-8),
+            optax.add_decayed_weights(optim.weight_decay),
+            optax.scale_by_learning_rate(optim.learning_rate),
+        )
+    )
+
+
+@bug
+def kl_minus_one_dropped():
+    """The KL terms' ``-1`` left out as "only a constant", ``0.5 * (exp(logvar) + mean^2 -
+    logvar)``: the gradient is the spec's, the reported kl is L/2 too high."""
+    return pipeline(
+        objective=make_objective(kl=lambda m, lv: 0.5 * (jnp.exp(lv) + jnp.square(m) - lv))
+    )
+
+
+def _bce_arguments_swapped(logits, x):
+    x = x.astype(jnp.float32)
+    return jnp.sum(optax.sigmoid_binary_cross_entropy(x, logits.astype(jnp.float32)), axis=-1)
+
+
+@bug
+def bernoulli_arguments_swapped():
+    """Keras's ``binary_crossentropy(y_true, y_pred)`` order given to optax's
+    ``sigmoid_binary_cross_entropy(logits, labels)``: the images taken as logits."""
+    return pipeline(objective=make_objective(recon=_bce_arguments_swapped))
+
+
+def _metrics_after_update(state, batch, eps):
+    new, _ = BASE.train_step_fn(state, batch, eps)
+    _, metrics = BASE.loss_fn(new, batch, eps)
+    return new, metrics
+
+
+@bug
+def step_metrics_after_update():
+    """The step's metrics computed again after ``apply_gradients`` (a logging call placed after
+    the update), where the spec reports the loss the gradients came from."""
+    return dataclasses.replace(BASE, train_step_fn=_metrics_after_update)
+
+
+def _one_based(h, c, num_classes):
+    return jnp.concatenate([h, jax.nn.one_hot(c - 1, num_classes, dtype=h.dtype)], axis=-1)
+
+
+@bug
+def labels_one_based():
+    """``one_hot(c - 1)`` kept from a port of 1-based labels (MATLAB, some datasets' files):
+    label 0 becomes a row of zeros and every other label the one before it."""
+    return pipeline(encode=encoder(cond=_one_based), decode=decoder(cond=_one_based))
+
+
+def _prepared(how):
+    def cond(x, c, num_classes):
+        return condition(how(x), c, num_classes)
+
+    return encoder(cond=cond)
+
+
+@bug
+def input_binarised():
+    """The encoder fed ``x > 0.5`` (a binarised-MNIST habit) where the spec feeds the grey levels
+    in [0, 1]."""
+    return pipeline(encode=_prepared(lambda x: (x > 0.5).astype(x.dtype)))
+
+
+@bug
+def input_rescaled():
+    """The encoder fed ``2x - 1`` (images normalised to [-1, 1], a GAN habit) where the spec
+    feeds x in [0, 1]."""
+    return pipeline(encode=_prepared(lambda x: 2.0 * x - 1.0))
+
+
+def _transposed(x):
+    side = math.isqrt(x.shape[-1])
+    return jnp.swapaxes(x.reshape(*x.shape[:-1], side, side), -1, -2).reshape(x.shape)
+
+
+@bug
+def input_transposed():
+    """Each image flattened column by column (an image layout mix-up between libraries) where the
+    spec's x is each image's rows one after the other."""
+    return pipeline(encode=_prepared(_transposed))
