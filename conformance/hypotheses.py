@@ -2,13 +2,18 @@
 
 A catalogue names the mistakes it has seen; this module searches the ways each part of a layer can
 be written. A layer is a set of *parts* (for the optimiser: where the clipping is and over what,
-where epsilon sits, the bias corrections, the weight decay, the moments' rates, whether the state
-advances, the direction), each with the spec's way and the alternatives a port plausibly takes
-(Keras's ``clipnorm``, TensorFlow's epsilon, the AdamW paper's decay, PyTorch's ``weight_decay``,
-...). A *hypothesis* picks one way for every part; the search computes each hypothesis with few
-departures from the spec in float64, from the same inputs as the reference, and names the one that
-reproduces what the implementation did within the check's tolerance, its departures together (two
-mistakes are named as two, never as one of them alone). Where none does, the check says so.
+where epsilon sits, the bias corrections, the second moment, the weight decay, the moments' rates,
+whether the state advances, the direction; for the forward pass: the activation and where it
+applies, the label's place and value, the encoder's input, the latent layer's split and
+activation, the decoder's output), each with the spec's way and the alternatives a port plausibly
+takes (Keras's ``clipnorm``, TensorFlow's epsilon, the AdamW paper's decay, PyTorch's
+``weight_decay``, ...). A *hypothesis* picks one way for every part; the search computes each
+hypothesis with few departures from the spec in float64, from the same inputs as the reference,
+and names the one that reproduces what the implementation did within the check's tolerance, its
+departures together (two mistakes are named as two, never as one of them alone). Where none
+does, the check says so. The ways are discrete: a constant a port changed (b2 = 0.98, x / 255) is
+named only where it is one of them, or where the step's update is a config value times the
+spec's.
 
 Nothing here runs unless a check has already failed: a passing implementation pays nothing.
 """
