@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from cvae_rosetta.conformance import reference
+from cvae_rosetta.conformance.common import Hints, explain_ratio
 from cvae_rosetta.spec.config import OptimConfig
 
 B1, B2, EPS = reference.B1, reference.B2, reference.EPS
@@ -427,8 +428,6 @@ def scaled_update(got: Any, start: Any, want: Any, optim: OptimConfig, masks: An
     factor is a config value (the rate, the clip norm, their inverses) or a product
     :func:`common.explain_ratio` names: ``the step's update is 0.001 times the spec's: the factor
     is optim.learning_rate``."""
-    from cvae_rosetta.conformance.common import Hints, explain_ratio
-
     flat = _Flat(got)
     mask = flat.vector(masks) > 0
     moved = (flat.vector(got) - flat.vector(start))[mask]

@@ -70,8 +70,8 @@ def _with_leaf(tree: Any, where, value) -> Any:
 
 def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
     """The canonical tree as a mistaken converter would hand it to the model: each square kernel
-    transposed (a shape check cannot see it), every bias zero, the latent layer's output columns
-    taken interleaved (mean the even ones, logvar the odd ones: the shapes are the spec's)."""
+    transposed (a shape check cannot see it), every bias zero (the latent layer's output taken
+    interleaved is a way of the encoder's split, searched by ``hypotheses.search_forward``)."""
     found = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         array = np.asarray(leaf)
@@ -117,9 +117,7 @@ def encode_mistake(loaded: Loaded, x, c, mean, logvar, num_classes: int) -> str 
     impl, state, params = loaded
     if _ignores_label(lambda other: impl.encode(state, x, other), c, (mean, logvar), num_classes):
         return "encode's output does not change when only c changes: the encoder ignores the label"
-    found = search_forward(
-        "encode", (mean, logvar), params, (x, c, num_classes), lambda got, want: matches(got, want)
-    )
+    found = search_forward("encode", (mean, logvar), params, (x, c, num_classes), matches)
     if found is not None:
         return found
     for why, variant in converter_mistakes(params):
@@ -254,7 +252,8 @@ def step_noise_mistake(got: float, inputs: LossInputs, after: Any = None) -> str
             where, batch.x, batch.c, eps, num_classes=model.num_classes, loss=config.loss
         ).loss
 
-    if after is not None and abs(got - at(key, after)) <= RTOL * abs(at(key, after)):
+    reached = None if after is None else at(key, after)
+    if reached is not None and abs(got - reached) <= RTOL * abs(reached):
         return (
             f"train_step's metrics[\"loss\"] {got:.7g} is the float64 reference's at the "
             f"parameters after the update, not before it ({at(key):.7g}): the step's metrics "
