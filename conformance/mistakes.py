@@ -3,8 +3,8 @@ what it saw.
 
 Each is tried only once the check has failed, against the float64 reference computed the mistaken
 way: an encoder or a decoder that ignores the label, the ways of writing either searched
-(:func:`cvae_rosetta.conformance.hypotheses.search_forward`: activations, the label's place, the
-latent layer's split and activation, the output), a converter that transposes a square kernel or
+(:mod:`cvae_rosetta.conformance.forward_hypotheses`: activations, the label's place, the latent
+layer's split and activation, the output), a converter that transposes a square kernel or
 drops the biases, the sample, a reduction, a slip or beta in a term (:func:`common.explain_ratio`,
 their products), the total of the loss written another way, a step that draws its noise from
 another key. The optimiser's ways are searched in :mod:`cvae_rosetta.conformance.hypotheses`. The
@@ -33,7 +33,7 @@ from cvae_rosetta.conformance.common import (
     mismatch,
     spec_noise,
 )
-from cvae_rosetta.conformance.hypotheses import search_forward
+from cvae_rosetta.conformance.forward_hypotheses import fit_forward, search_forward
 from cvae_rosetta.spec.config import Config, LossConfig
 from cvae_rosetta.spec.validation import Batch
 
@@ -71,7 +71,7 @@ def _with_leaf(tree: Any, where, value) -> Any:
 def converter_mistakes(params: Any) -> list[tuple[str, Any]]:
     """The canonical tree as a mistaken converter would hand it to the model: each square kernel
     transposed (a shape check cannot see it), every bias zero (the latent layer's output taken
-    interleaved is a way of the encoder's split, searched by ``hypotheses.search_forward``)."""
+    interleaved is a way of the encoder's split, searched)."""
     found = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         array = np.asarray(leaf)
@@ -110,8 +110,8 @@ def _ignores_label(call: Callable[[Any], Any], c: Any, got: Any, num_classes: in
 
 def encode_mistake(loaded: Loaded, x, c, mean, logvar, num_classes: int) -> str | None:
     """What explains ``encode``'s ``(mean, logvar)`` differing from the reference, if anything:
-    the label ignored, a way of writing the encoder searched (``hypotheses.search_forward``), a
-    mistaken converter."""
+    the label ignored, a way of writing the encoder searched (``forward_hypotheses``), a mistaken
+    converter."""
     from cvae_rosetta.conformance import reference
 
     impl, state, params = loaded
@@ -124,12 +124,12 @@ def encode_mistake(loaded: Loaded, x, c, mean, logvar, num_classes: int) -> str 
         m, lv = reference.encode(variant, x, c, num_classes)
         if matches(mean, m) and matches(logvar, lv):
             return f"encode matches the reference where {why}"
-    return None
+    return fit_forward("encode", (mean, logvar), params, (x, c, num_classes), matches)
 
 
 def decode_mistake(loaded: Loaded, z, c, logits, num_classes: int) -> str | None:
     """What explains ``decode``'s logits differing from the reference, if anything: a way of
-    writing the decoder searched (``hypotheses.search_forward``), the label ignored, a mistaken
+    writing the decoder searched (``forward_hypotheses``), the label ignored, a mistaken
     converter."""
     from cvae_rosetta.conformance import reference
 
@@ -142,7 +142,7 @@ def decode_mistake(loaded: Loaded, z, c, logits, num_classes: int) -> str | None
     for why, variant in converter_mistakes(params):
         if matches(logits, reference.decode(variant, z, c, num_classes)):
             return f"decode matches the reference where {why}"
-    return None
+    return fit_forward("decode", logits, params, (z, c, num_classes), matches)
 
 
 KL_NOTES = {

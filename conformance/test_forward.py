@@ -3,9 +3,9 @@
 Numbers are compared with the float64 NumPy reference of ``cvae_rosetta.conformance.reference``,
 computed from the same canonical parameters. Every failure's first line says what was seen
 against what the spec says, and names the way of writing the model that reproduces it, where one
-of those searched does (``cvae_rosetta.conformance.hypotheses``: ``decode matches the float64
-reference with GELU (tanh approximation, jax.nn.gelu's default) as the hidden layers' activation:
-the spec's is ReLU``).
+of those searched does (``cvae_rosetta.conformance.forward_hypotheses``: ``decode matches the
+float64 reference with GELU (tanh approximation, jax.nn.gelu's default) as the hidden layers'
+activation: the spec's is ReLU``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cvae_rosetta.conformance.common import (
     B,
     assert_close,
 )
-from cvae_rosetta.conformance.hypotheses import searched_forward
+from cvae_rosetta.conformance.forward_hypotheses import searched_forward
 from cvae_rosetta.conformance.mistakes import Loaded, decode_mistake, encode_mistake
 
 params, batch = common.params, common.batch  # the suite's parameters and batch

@@ -167,11 +167,16 @@ def init_with(create):
 
 
 def adam_written_out(
-    *, correct_first: bool, correct_second: bool, folded: bool = False, eps: float = 1e-8
+    *,
+    correct_first: bool,
+    correct_second: bool,
+    folded: bool = False,
+    eps: float = 1e-8,
+    first_damping: float = 0.1,
 ) -> optax.GradientTransformation:
     """Adam (b1 0.9, b2 0.999) written out by hand in optax's state: each moment bias-corrected
     or not, or (``folded``) both corrections folded into the rate with epsilon on the raw root, as
-    Keras writes it."""
+    Keras writes it; ``m = b1 m + first_damping g`` (the spec's damping is 1 - b1)."""
     b1, b2 = 0.9, 0.999
 
     def init(params):
@@ -180,7 +185,7 @@ def adam_written_out(
 
     def update(updates, state, params=None):
         del params
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        mu = jax.tree.map(lambda m, g: b1 * m + first_damping * g, state.mu, updates)
         nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
         count = optax.safe_int32_increment(state.count)
         t = count.astype(jnp.float32)

@@ -490,3 +490,219 @@ def input_transposed():
     """Each image flattened column by column (an image layout mix-up between libraries) where the
     spec's x is each image's rows one after the other."""
     return pipeline(encode=_prepared(_transposed))
+
+
+def _clip_by_sum_of_norms(clip_norm: float) -> optax.GradientTransformation:
+    def update(updates, state, params=None):
+        del params
+        total = sum(jnp.linalg.norm(g) for g in jax.tree.leaves(updates))
+        return jax.tree.map(lambda g: g * jnp.minimum(1.0, clip_norm / total), updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+@bug
+def clipping_by_sum_of_norms():
+    """A clip written by hand whose norm adds the variables' norms, ``sum(norm(g) for g in
+    leaves)``, where the global norm is the root of every square together."""
+    return _clip_then_adamw(_clip_by_sum_of_norms)
+
+
+def _optax_variant(make: Callable[..., optax.GradientTransformation]) -> Adapter:
+    """The spec's chain with ``adamw`` replaced by ``make`` (an optax optimiser of AdamW's
+    arguments)."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            make(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay),
+        )
+    )
+
+
+@bug
+def nadam_from_optax():
+    """``optax.nadamw`` (Adam with Nesterov's momentum) where the spec has ``optax.adamw``."""
+    return _optax_variant(optax.nadamw)
+
+
+@bug
+def adamax_from_optax():
+    """``optax.adamaxw`` (Adam's infinity-norm variant) where the spec has ``optax.adamw``: the
+    same as Adam at the first step and not after."""
+    return _optax_variant(optax.adamaxw)
+
+
+@bug
+def momentum_without_damping():
+    """Adam written out by hand with ``m = b1 * m + g`` (heavy-ball momentum, as SGD's momentum is
+    written) where the spec's first moment is ``b1 * m + (1 - b1) * g``."""
+    return _with_optimizer(
+        lambda optim: hand_written_adamw(
+            optim, correct_first=True, correct_second=True, first_damping=1.0
+        )
+    )
+
+
+@bug
+def no_first_moment():
+    """``optax.adamw(..., b1=0.0)``: a port that read b1 as "no momentum", so the update is the
+    gradient over ``sqrt(v_hat)``, RMSprop-like."""
+    return _with_optimizer(lambda optim: _adamw(optim, b1=0.0))
+
+
+def _bias_after(layers, h, linear, act):
+    for layer in layers:
+        h = act(h @ layer["kernel"].astype(h.dtype)) + layer["bias"].astype(h.dtype)
+    return h
+
+
+def _encode_bias_after(params, x, c, model):
+    h = condition(x.astype(model.compute_dtype), c, model.num_classes)
+    s = dense(params["latent"], _bias_after(params["encoder"], h, dense, jax.nn.relu))
+    return split_moments(s, model.latent_dim)
+
+
+@bug
+def bias_after_activation():
+    """Each hidden layer written ``relu(h @ W) + b``, the bias added after the activation (a
+    hand-written layer), where the spec's is ``relu(h @ W + b)``."""
+    return pipeline(encode=_encode_bias_after)
+
+
+# --- constants a port changed: fitted where no way of writing the layer reproduces it -------------
+
+
+@bug
+def adam_b2_of_transformers():
+    """``b2 = 0.98``, a transformer training habit, where the spec's is 0.999: the first step is
+    the spec's (bias correction), the later ones are not."""
+    return _with_optimizer(lambda optim: _adamw(optim, b2=0.98))
+
+
+@bug
+def adam_b1_changed():
+    """``b1 = 0.5`` (a GAN habit) where the spec's is 0.9."""
+    return _with_optimizer(lambda optim: _adamw(optim, b1=0.5))
+
+
+@bug
+def adam_epsilon_changed():
+    """``eps = 1e-6``, a value some ports raise epsilon to, where the spec's is 1e-8."""
+    return _with_optimizer(lambda optim: _adamw(optim, eps=1e-6))
+
+
+@bug
+def weight_decay_hardcoded():
+    """``weight_decay=0.01`` (``torch.optim.AdamW``'s default) written as a number, where the spec
+    reads ``optim.weight_decay``."""
+    return _with_optimizer(lambda optim: _adamw(optim, weight_decay=0.01))
+
+
+@bug
+def learning_rate_hardcoded():
+    """``optax.adamw(3e-4, ...)``, a tutorial's rate written as a number, where the spec reads
+    ``optim.learning_rate``."""
+    return _with_optimizer(
+        lambda optim: optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adamw(3e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay),
+        )
+    )
+
+
+@bug
+def input_normalised_again():
+    """The encoder fed ``(x - 0.1307) / 0.3081`` (MNIST's mean and deviation, a data pipeline
+    habit) where the spec feeds x in [0, 1] as it is."""
+    return pipeline(encode=_prepared(lambda x: (x - 0.1307) / 0.3081))
+
+
+@bug
+def leaky_relu_of_gans():
+    """Leaky ReLU of slope 0.2 (``jax.nn.leaky_relu(h, 0.2)``, a GAN habit) where the spec's
+    hidden activation is ReLU."""
+    return _activated(functools.partial(jax.nn.leaky_relu, negative_slope=0.2))
+
+
+# What the suite's diagnosis must say of each (``broken.EXPECTED`` holds them with the others').
+EXPECTED: dict[str, tuple[str, str]] = {
+    "bernoulli_mean_over_pixels": ("loss", "recon is 1/64 of the reference"),
+    "kl_mean_over_latent_dimensions": (
+        "loss",
+        "kl is 1/8 of the reference (0.175605 against 1.40484): a mean over latent dimensions",
+    ),
+    "kl_missing_half_and_averaged": (
+        "loss",
+        "kl is 1/4 of the reference (0.351211 against 1.40484): a mean over latent dimensions "
+        "where the spec sums, and the KL terms written without their factor 0.5",
+    ),
+    "kl_reported_weighted": (
+        "loss",
+        "the factor is beta = 0.25 (config.loss.beta): kl reported weighted, beta * kl",
+    ),
+    "beta_weighs_reconstruction": ("loss", "loss is beta * recon + kl"),
+    "label_concatenated_first": (
+        "forward",
+        "with the one-hot label concatenated before its input ([one_hot(c), x])",
+    ),
+    "gelu_hidden_activation": ("forward", "with GELU (tanh approximation"),
+    "relu_after_latent_layer": ("forward", "with a ReLU after the latent layer"),
+    "tanh_activation_label_first": (
+        "forward",
+        "with tanh as the hidden layers' activation and with the one-hot label concatenated "
+        "before its input",
+    ),
+    "clipping_after_adam": ("step", "the step is AdamW's with clip_by_global_norm after Adam"),
+    "clipping_per_variable": ("step", "with each variable clipped to norm clip_norm on its own"),
+    "clipping_per_variable_after_adam": (
+        "step",
+        "with clip_by_global_norm after Adam (the update clipped, not the gradient: "
+        "optax.chain(adamw(...), clip_by_global_norm(...))) and with each variable clipped",
+    ),
+    "weight_decay_not_scaled_by_rate": (
+        "step",
+        "with the weight decay not scaled by the learning rate",
+    ),
+    "weight_decay_in_adam_gradient": ("step", "torch.optim.Adam's weight_decay"),
+    "weight_decay_forgotten": ("step", "without weight decay"),
+    "epsilon_inside_root": ("step", "with epsilon inside the root, sqrt(v_hat + eps)"),
+    "keras_default_epsilon": ("step", "with epsilon 1e-07 (Keras's default)"),
+    "adam_rates_swapped": ("later_steps", "with b1 and b2 swapped"),
+    "update_added": ("step", "with every update's sign flipped"),
+    "adam_first_moment_corrected_only": ("step", "with the bias correction of m alone"),
+    "adam_second_moment_corrected_only": ("step", "with the bias correction of v alone"),
+    "keras_adam_at_its_default_epsilon": (
+        "step",
+        "and Keras's default epsilon 1e-07 where the spec's is 1e-08",
+    ),
+    "gelu_exact_hidden_activation": ("forward", "with exact GELU (erf form"),
+    "silu_hidden_activation": ("forward", "with SiLU (swish) as the hidden layers' activation"),
+    "sigmoid_hidden_activation": ("forward", "with sigmoid as the hidden layers' activation"),
+    "leaky_relu_hidden_activation": ("forward", "with leaky ReLU (slope 0.01)"),
+    "elu_hidden_activation": ("forward", "with ELU as the hidden layers' activation"),
+    "softplus_hidden_activation": ("forward", "with softplus as the hidden layers' activation"),
+    "last_hidden_layer_linear": ("forward", "with no activation after the last hidden layer"),
+    "clipping_by_value": ("step", "with each entry clipped to [-clip_norm, clip_norm]"),
+    "clipping_norm_without_root": ("step", "the norm's square root left out"),
+    "amsgrad_from_optax": ("later_steps", "running maximum of the corrected v_hat"),
+    "kl_minus_one_dropped": ("loss", "the KL terms written without their -1"),
+    "bernoulli_arguments_swapped": ("loss", "the Bernoulli loss with its arguments swapped"),
+    "step_metrics_after_update": ("step", "at the parameters after the update"),
+    "labels_one_based": ("forward", "with the labels shifted, one_hot(c - 1)"),
+    "input_binarised": ("forward", "with x binarised (x > 0.5)"),
+    "input_rescaled": ("forward", "with x rescaled to [-1, 1]"),
+    "input_transposed": ("forward", "with each image's pixels read column by column"),
+    "clipping_by_sum_of_norms": ("step", "the sum of the variables' norms"),
+    "nadam_from_optax": ("step", "with Nesterov's momentum"),
+    "adamax_from_optax": ("later_steps", "with Adamax's infinity norm"),
+    "momentum_without_damping": ("step", "m = b1 m + g (heavy-ball momentum)"),
+    "no_first_moment": ("later_steps", "without a first moment"),
+    "bias_after_activation": ("forward", "bias added after its activation, act(h W) + b"),
+    "adam_b2_of_transformers": ("later_steps", "with b2 = 0.98 (the spec's 0.999)"),
+    "adam_b1_changed": ("later_steps", "with b1 = 0.5 (the spec's 0.9)"),
+    "adam_epsilon_changed": ("step", "with eps = 1e-06 (the spec's 1e-08)"),
+    "weight_decay_hardcoded": ("step", "weight decay 0.01 (optim.weight_decay = 0"),
+    "learning_rate_hardcoded": ("step", "a learning rate 0.3 times the spec's"),
+    "input_normalised_again": ("forward", "((x - 0.1307) / 0.3081)"),
+    "leaky_relu_of_gans": ("forward", "a leaky ReLU of slope 0.2"),
+}

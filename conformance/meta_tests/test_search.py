@@ -28,11 +28,12 @@ from cvae_rosetta.conformance.common import (
     suite_batch,
     suite_params,
 )
+from cvae_rosetta.conformance.forward_hypotheses import fit_forward, search_forward
 from cvae_rosetta.conformance.hypotheses import (
     explain_step,
+    fit_constant,
     hypotheses,
     optimiser_parts,
-    search_forward,
     search_step,
 )
 from cvae_rosetta.conformance.mistakes import KL_NOTES, beta_notes, matches
@@ -156,3 +157,50 @@ def test_two_forward_departures_are_named_together():
     got = (s[:, : MODEL.latent_dim], s[:, MODEL.latent_dim :])
     said = search_forward("encode", got, params, (x, c, MODEL.num_classes), matches)
     assert said is not None and "tanh" in said and "[one_hot(c), x]" in said, said
+
+
+def test_a_changed_constant_is_fitted_and_said_in_its_fewest_digits(first_step):
+    """optax's AdamW with b2 = 0.98 over three steps (b2 is invisible at the first): no way of
+    writing AdamW reproduces it, the spec's with b2 fitted does, said as 0.98; with the spec's
+    b2 nothing is fitted."""
+    params, _, _ = first_step
+    batch, key = suite_batch(7), jax.random.key(13)
+    eps = spec_noise(key, B, MODEL.latent_dim)
+    optim = OptimConfig()
+    for b2, expected in ((0.98, "b2 = 0.98 (the spec's 0.999)"), (0.999, None)):
+        tx = optax.chain(
+            optax.clip_by_global_norm(optim.clip_norm),
+            optax.adamw(optim.learning_rate, b1=0.9, b2=b2, eps=1e-8, weight_decay=0.0),
+        )
+        p, state, history = params, tx.init(as32(params)), []
+        for _ in range(3):
+            grads = copy_to_host(
+                reference.loss_and_grad(
+                    p, batch.x, batch.c, eps, num_classes=MODEL.num_classes
+                ).grads
+            )
+            history.append((p, grads))
+            updates, state = tx.update(as32(grads), state, as32(p))
+            p = copy_to_host(optax.apply_updates(as32(p), updates))
+        masks = jax.tree.map(lambda g: np.abs(g) > 1e-3 * np.abs(g).max(), grads)
+        atol = 1e-3 * optim.learning_rate
+        assert search_step(p, history, optim, masks, atol) is None
+        said = fit_constant(p, history, optim, masks, atol)
+        assert (said is None) if expected is None else (expected in said), said
+
+
+def test_an_input_mapped_again_is_fitted():
+    """The encoder fed MNIST's normalisation (x - 0.1307) / 0.3081, computed as a port would:
+    no way searched reproduces it, the fitted map does and names both constants."""
+    params = copy_to_host(suite_params(42))
+    batch = suite_batch(7)
+    x, c = np.asarray(batch.x, np.float64), np.asarray(batch.c)
+    h = np.concatenate([(x - 0.1307) / 0.3081, reference.one_hot(c, MODEL.num_classes)], axis=1)
+    for layer in params["encoder"]:
+        h = np.maximum(h @ layer["kernel"] + layer["bias"], 0.0)
+    s = (h @ params["latent"]["kernel"] + params["latent"]["bias"]).astype(np.float32)
+    got = (s[:, : MODEL.latent_dim], s[:, MODEL.latent_dim :])
+    given = (x, c, MODEL.num_classes)
+    assert search_forward("encode", got, params, given, matches) is None
+    said = fit_forward("encode", got, params, given, matches)
+    assert said is not None and "(x - 0.1307) / 0.3081" in said, said
