@@ -18,6 +18,7 @@ from cvae_rosetta.bench.causes import (
     same_counts_unfingerprinted,
 )
 from cvae_rosetta.bench.markdown import (
+    around_the_step,
     backend_name,
     impl_label,
     listed,
@@ -78,8 +79,8 @@ NEEDS = (
         "flax_linen",
         "device",
         None,
-        "Keep it; flax's description presents NNX and sends Linen to a documentation site of "
-        "its own; `nnx.bridge` wraps Linen modules for a gradual move.",
+        "Keep it; flax's description, as quoted beside, tells of Flax NNX as evolved from the "
+        "Linen API; `nnx.bridge` wraps Linen modules for a gradual move.",
     ),
     (
         "An existing Haiku codebase",
@@ -125,6 +126,7 @@ def decision(
     ``benchmarks/results/maintenance.json``), what to mind."""
     records = records or {}
     same = same_program_everywhere(results)
+    machine = variation(fingerprinted_runs(results))
     rows = []
     for need, impl, kind, wrapper, caveat in NEEDS:
         reasons: list[str] = []
@@ -136,12 +138,12 @@ def decision(
             reasons = [said, *(_speed_apart(r, impl, same) for r in results)]
             caveat = STYLE_MIND[impl]
         elif kind == "gpu":
-            reasons = [_gpu_reason(r, same) for r in results if backend_name(r) != "CPU"]
+            reasons = [_gpu_reason(r, same, machine) for r in results if backend_name(r) != "CPU"]
             reasons = reasons or ["**GPU**: no GPU run in the results: not measured"]
         elif kind == "parallel":
             reasons = [_parallel_reason(r) for r in results]
         else:
-            reasons = [_reason(r, impl, wrapper, same) for r in results]
+            reasons = [_reason(r, impl, wrapper, same, machine) for r in results]
         if kind not in CHOOSERS:
             use = impl_label(impl) if impl else _use(results, kind, same)
         kept = impl or REFERENCE  # the GPU and data-parallel rows: JAX's own record
@@ -194,10 +196,26 @@ def _variation(result: dict[str, Any], batch: dict[str, Any], impl: str, same: s
     return impl in same and same_counts_unfingerprinted(batch, impl, result["settings"]["model"])
 
 
-VARIATION = (
-    "the same program as pure JAX's where fingerprinted, the same counts here: the "
-    "machine's variation between rounds, not a difference of the step"
-)
+def fingerprinted_runs(results: Sequence[dict[str, Any]]) -> str:
+    """The runs that recorded fingerprints, in words: ``the CPU run (AMD EPYC, 2 cores, ...)``;
+    empty where none did."""
+    runs = [
+        f"the {backend_name(r)} run ({provenance(r)})"
+        for r in results
+        if any(fingerprint(batch, REFERENCE) for _, batch in batches_by_size(r))
+    ]
+    return listed(runs) if runs else ""
+
+
+def variation(where: str) -> str:
+    """Why a difference is read as the machine's (:func:`_variation`), saying what was seen
+    where: pure JAX's program in the runs ``where`` (:func:`fingerprinted_runs`), which recorded
+    fingerprints, and only its counts in this run, which recorded none."""
+    return (
+        f"pure JAX's very program, by their fingerprints, at every batch size of {where}; this "
+        "run recorded no fingerprint, and here its program has pure JAX's counts: taken for the "
+        "machine's variation between rounds, not a difference of the step"
+    )
 
 
 def _largest(result: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, dict]]:
@@ -256,7 +274,9 @@ def _or(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _gpu_reason(result: dict[str, Any], same: set[str]) -> str:
+def _gpu_reason(result: dict[str, Any], same: set[str], machine: str) -> str:
+    """The GPU row's evidence; ``machine``: the words of a difference that is the machine's
+    (:func:`variation`)."""
     b, batch, device = _largest(result)
     model = result["settings"]["model"]
     apart = [
@@ -264,15 +284,15 @@ def _gpu_reason(result: dict[str, Any], same: set[str]) -> str:
         for i, e in device.items()
         if _apart(result, batch, i, e, same)
     ]
-    machine = [
-        f"{impl_label(i)} {ratio(e)} ({VARIATION})"
+    machines = [
+        f"{impl_label(i)} {ratio(e)} ({machine})"
         for i, e in device.items()
         if differs(e) and _variation(result, batch, i, same)
     ]
     within = [impl_label(i) for i, e in device.items() if not differs(e)]
     missing = [impl_label(i.name) for i in registry.known() if i.builtin and i.name not in device]
     text = f"**{backend_name(result)}**, device time at batch {b:,}: {listed(within)} within noise"
-    text += ("; " + "; ".join(machine + apart)) if machine or apart else ""
+    text += ("; " + "; ".join(machines + apart)) if machines or apart else ""
     text += f"; {listed(missing)} not measured" if missing else ""
     return text + f" ({_rounds(result)})"
 
@@ -336,7 +356,11 @@ def _maintained(impl: str, maintenance: dict | None) -> str:
     return f"{text}; its state in its maintainers' words: not searched"
 
 
-def _reason(result: dict[str, Any], impl: str, wrapper: str | None, same: set[str]) -> str:
+def _reason(
+    result: dict[str, Any], impl: str, wrapper: str | None, same: set[str], machine: str
+) -> str:
+    """A fixed style's evidence, with the cost per call of ``wrapper`` (its path) where one is
+    named; ``machine``: the words of a difference that is the machine's (:func:`variation`)."""
     batches = batches_by_size(result)
     name = backend_name(result)
     sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
@@ -359,7 +383,7 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None, same: set[st
     measured = [b for b, e in device if e is not None]
 
     def why(b: int) -> str:
-        return VARIATION if _variation(result, at[b], impl, same) else cause(at[b], impl, model)
+        return machine if _variation(result, at[b], impl, same) else cause(at[b], impl, model)
 
     text = f"**{name}**, device time: " + (
         "; ".join(f"{ratio(e)} at batch {b} ({why(b)})" for b, e in apart)
@@ -373,7 +397,7 @@ def _reason(result: dict[str, Any], impl: str, wrapper: str | None, same: set[st
         (b0, first), (b1, last) = rows[0], rows[-1]
         span = "" if b0 == b1 else f", {ratio(last['vs_fast']['step'])} at {b1}"
         text += (
-            f"; `{wrapper}` per call, against the fast path: "
+            f"; `{wrapper}` per call, against the fast path ({around_the_step(wrapper)}): "
             f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
         )
     return text

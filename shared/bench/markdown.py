@@ -66,6 +66,22 @@ def path_label(row: dict[str, Any]) -> str:
     return name if row["path"] == FAST else f"{name} `{row['path']}`"
 
 
+# The idiomatic paths that donate nothing: ``impls/equinox_impl.py``'s ``make_step`` is a bare
+# ``@eqx.filter_jit``. NNX's steps (``donate_argnames``) and Keras's train function donate the
+# state, as the fast path does.
+UNDONATED = frozenset({"eqx.filter_jit"})
+
+
+def around_the_step(path: str) -> str:
+    """What an idiomatic path's call adds to its compiled step, against the fast path's, in words:
+    its wrapper's work; the noise, which every path's step takes as an argument, drawn from the
+    key outside the compiled step (one more dispatch a call; the fast path draws it inside its
+    step); and, for a path of :data:`UNDONATED`, no donation."""
+    if path in UNDONATED:
+        return "the wrapper's work, a noise draw outside the compiled step and no donation"
+    return "the wrapper's work and a noise draw outside the compiled step"
+
+
 def backend_name(result: dict[str, Any]) -> str:
     env = result["environment"]
     return "CPU" if env.get("backend") == "cpu" else f"{env.get('backend', '?').upper()}"

@@ -13,6 +13,8 @@ from typing import Any
 
 from cvae_rosetta.bench.causes import causes, programs
 from cvae_rosetta.bench.markdown import (
+    UNDONATED,
+    around_the_step,
     backend_name,
     findings,
     impl_label,
@@ -190,7 +192,8 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         "does to the compiled step.",
         *_compared(result, device, labels, note=why),
         *_unrolls(result),
-        "**Per call**: the protocol's `jax.jit(impl.train_step, donate_argnums=0)` called from a "
+        "**Per call**: the protocol's step, `jax.jit(impl.train_step, donate_argnums=0)` "
+        "compiled ahead of time (`.trace(...).lower().compile()`), its executable called from a "
         "Python loop over K device-resident batches. This adds each call's dispatch, which "
         "decides the small batches.",
         "",
@@ -278,13 +281,13 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     def extra(batch, label):
         return f", {path_row(batch, label)['vs_fast']['extra_us']:+,.0f} µs"
 
-    def work(label):  # the wrapper's extra µs at the batch sizes named, smallest to largest
+    def work(label):  # the path's extra µs at the batch sizes named, smallest to largest
         def told(named: list[int]) -> str:
             by_size = dict(batches_by_size(result))
             extra = sorted(path_row(by_size[b], label)["vs_fast"]["extra_us"] for b in named)
             low, high = f"{extra[0]:+,.0f}", f"{extra[-1]:+,.0f}"
             span = low if low == high else f"{low} to {high}"
-            return f"the wrapper's own work around the step, {span} µs a call"
+            return f"{around_the_step(rows[label]['path'])}, {span} µs a call"
 
         return told
 
@@ -292,7 +295,11 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
     return _part(
         f"{h} The frameworks' own jit wrappers",
         "Per call, each framework's idiomatic step (as its documentation writes it) against the "
-        "same implementation's fast path, with the extra time per call (median against median).",
+        "same implementation's fast path, with the extra time per call (median against median). "
+        "Each idiomatic step takes the noise as an argument, drawn from the key outside its "
+        "compiled step (one more dispatch a call), where the fast path draws it inside; the extra "
+        "time holds that draw beside the wrapper's own work (and, for a wrapper that donates "
+        "nothing, the state's buffers not reused).",
         *_compared(result, _vs_fast, labels, note=why, extra=extra),
     )
 
@@ -591,8 +598,11 @@ def _parallel(result: dict[str, Any], h: str) -> list[str]:
     )
     return _part(
         f"{h} Data parallelism",
-        f"The step `cvae train --data-parallel` runs, at global batch {data['batch_size']}, as a "
-        f"ratio to the same implementation's serial step.{note}",
+        "The data-parallel step (`Plan.make_step`, the one the conformance suite checks against "
+        "the serial step; `cvae train --data-parallel` runs the trainer's own step, built on the "
+        "same plan, which adds the finite check, the gradient's norm and the indexing into the "
+        f"epoch's arrays), at global batch {data['batch_size']}, as a ratio to the same "
+        f"implementation's serial step.{note}",
         markdown_table(["mechanism", *map(impl_label, impls)], rows, "l" + "r" * len(impls)),
     )
 
@@ -658,11 +668,13 @@ def _checklist(result: dict[str, Any]) -> list[str]:
         for row in batch["paths"]:
             entry = (row.get("vs_fast") or {}).get("step")
             if row["path"] not in (FAST, SAME_AS_FAST) and entry and differs(entry):
-                wrappers.append((entry["ratio"], b, path_label(row)))
+                wrappers.append((entry["ratio"], b, path_label(row), row["path"]))
     if wrappers:
-        top, b, label = max(wrappers)
+        top, b, label, path = max(wrappers)
+        undonated = ", which donates nothing" if path in UNDONATED else ""
         gains.append(
-            (top, f"Step with `jax.jit` over a pure state, not the framework's own jit wrapper: "
+            (top, f"Step with `jax.jit` over a pure state, the noise drawn inside the step, not "
+                  f"the framework's own jit wrapper with the noise drawn outside it{undonated}: "
                   f"up to {top:.2f}x per call ({label}, batch {b})")
         )  # fmt: skip
     best: dict[str, tuple[float, int] | None] = {}
