@@ -187,6 +187,12 @@ def optimiser_parts(optim: OptimConfig, t: int) -> tuple[Part, ...]:
                     "with the bias correction of v alone (m used as it is)",
                     "the spec divides m by (1 - b1^t) too",
                 ),
+                Way(
+                    "one ahead",
+                    "with the bias corrections one step ahead, (1 - b1^(t+1)) and (1 - b2^(t+1)) "
+                    "(the count incremented twice)",
+                    f"the spec divides by (1 - b1^t) and (1 - b2^t) at step t = {t}",
+                ),
             ),
         ),
         Part(
@@ -362,9 +368,10 @@ def _walk(
         g = g + wd * p if way["weight decay"] == "l2 clipped" else g
         count += 1
         m, v = b1 * m + (1.0 if first == "undamped" else 1 - b1) * g, b2 * v + (1 - b2) * g * g
-        corrected = way["bias correction"] in ("both", "first only")
-        c1 = 1 - b1**count if corrected else 1.0
-        c2 = 1 - b2**count if way["bias correction"] in ("both", "second only") else 1.0
+        corrected = way["bias correction"] in ("both", "first only", "one ahead")
+        t = count + 1 if way["bias correction"] == "one ahead" else count
+        c1 = 1 - b1**t if corrected else 1.0
+        c2 = 1 - b2**t if way["bias correction"] in ("both", "second only", "one ahead") else 1.0
         m_hat = {
             "nesterov": b1 * m / (1 - b1 ** (count + 1) if corrected else 1.0) + (1 - b1) * g / c1,
             "none": g,

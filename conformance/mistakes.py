@@ -145,6 +145,11 @@ def decode_mistake(loaded: Loaded, z, c, logits, num_classes: int) -> str | None
     return fit_forward("decode", logits, params, (z, c, num_classes), matches)
 
 
+SPEC_KL = "0.5 (exp(logvar) + mean^2 - 1 - logvar)"
+MSE_HALF = (
+    "the squared error without its 1/2, (p - x)^2 (optax.squared_error), where the spec's mse "
+    "term is 0.5 (p - x)^2 (optax.l2_loss)"
+)
 KL_NOTES = {
     2.0: "the KL terms written without their factor 0.5",
     -1.0: "the spec's KL terms 0.5 (exp(logvar) + mean^2 - 1 - logvar) are >= 0",
@@ -222,7 +227,8 @@ def recon_mistake(got: float, inputs: LossInputs, *, kl_matches: bool) -> str | 
     other = "mse" if kind == "bernoulli" else "bernoulli"
     if abs(got - recon(eps, other).recon) <= 1e-4 * abs(recon(eps, other).recon):
         return f"recon is the {other} reconstruction term where config.loss.kind is {kind!r}"
-    hints = Hints(axes=loss_axes(kind, "recon", b, model), notes=beta_notes("recon", beta))
+    halves = {2.0: MSE_HALF} if kind == "mse" else {}
+    hints = Hints(axes=loss_axes(kind, "recon", b, model), notes=beta_notes("recon", beta, halves))
     ratio = explain_ratio("recon", got, ref.recon, hints)
     if ratio is not None:
         return ratio
@@ -305,6 +311,35 @@ def kl_offset_mistake(got: float, want: float, kind: str, latent_dim: int) -> st
     return None
 
 
+# The KL written other ways a port plausibly takes, from mean m and logvar lv: each form's terms
+KL_FORMS = {
+    "the KL written for a log standard deviation, 0.5 (exp(2 logvar) + mean^2 - 1 - 2 logvar) "
+    "(logvar read as log sigma)": lambda m, lv: 0.5 * (np.exp(2 * lv) + m**2 - 1 - 2 * lv),
+    "the KL terms without mean^2, 0.5 (exp(logvar) - 1 - logvar)": lambda m, lv: (
+        0.5 * (np.exp(lv) - 1 - lv)
+    ),
+    "the KL the other way round, KL(prior || posterior) = 0.5 ((1 + mean^2) exp(-logvar) - 1 + "
+    "logvar)": lambda m, lv: 0.5 * ((1 + m**2) * np.exp(-lv) - 1 + lv),
+}
+
+
+def kl_form_mistake(got: float, inputs: LossInputs) -> str | None:
+    """What explains ``kl`` as the KL written another way (:data:`KL_FORMS`), reduced as the
+    spec reduces it (summed over latent dimensions under the Bernoulli loss, averaged under the
+    mse loss's mean; averaged over the batch)."""
+    from cvae_rosetta.conformance import reference
+
+    params, batch, _, config = inputs
+    mean, logvar = reference.encode(params, batch.x, batch.c, config.model.num_classes)
+    for why, terms in KL_FORMS.items():
+        with np.errstate(all="ignore"):
+            each = terms(np.asarray(mean, np.float64), np.asarray(logvar, np.float64))
+        want = each.sum(axis=1).mean() if config.loss.kind == "bernoulli" else each.mean()
+        if abs(got - want) <= 1e-5 * max(abs(want), 1e-6):
+            return f"kl is {why} ({got:.6g}), where the spec's terms are {SPEC_KL}"
+    return None
+
+
 def total_mistake(
     loss: float, recon: float, kl: float, beta: float, name: str = "loss"
 ) -> str | None:
@@ -374,7 +409,9 @@ def assert_loss_matches(loss, metrics, inputs: LossInputs, *, what: str = "") ->
         hints=Hints(
             axes=loss_axes(kind, "kl", b, model),
             notes=beta_notes("kl", beta, KL_NOTES),
-            explain=lambda: kl_offset_mistake(kl, ref.kl, kind, model.latent_dim),
+            explain=lambda: (
+                kl_offset_mistake(kl, ref.kl, kind, model.latent_dim) or kl_form_mistake(kl, inputs)
+            ),
         ),
     )
     assert_close(

@@ -173,10 +173,12 @@ def adam_written_out(
     folded: bool = False,
     eps: float = 1e-8,
     first_damping: float = 0.1,
+    ahead: int = 0,
 ) -> optax.GradientTransformation:
     """Adam (b1 0.9, b2 0.999) written out by hand in optax's state: each moment bias-corrected
     or not, or (``folded``) both corrections folded into the rate with epsilon on the raw root, as
-    Keras writes it; ``m = b1 m + first_damping g`` (the spec's damping is 1 - b1)."""
+    Keras writes it; ``m = b1 m + first_damping g`` (the spec's damping is 1 - b1); the
+    corrections ``ahead`` steps ahead of the count."""
     b1, b2 = 0.9, 0.999
 
     def init(params):
@@ -188,7 +190,7 @@ def adam_written_out(
         mu = jax.tree.map(lambda m, g: b1 * m + first_damping * g, state.mu, updates)
         nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
         count = optax.safe_int32_increment(state.count)
-        t = count.astype(jnp.float32)
+        t = count.astype(jnp.float32) + ahead
         c1 = 1 - b1**t if correct_first else 1.0
         c2 = 1 - b2**t if correct_second else 1.0
         if folded:
