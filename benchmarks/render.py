@@ -6,7 +6,8 @@
 GPU run is committed) with its plots, and the decision table of ``docs/choosing.md`` (with the
 frameworks' release history of ``maintenance.json``), by
 :func:`cvae_rosetta.bench.report.render_docs`; then the studies' tables (the suite's cost, the
-fault report, the latent-size trade-off), each by its own script's ``--render``. Every page is
+fault report, the latent-size trade-off, every implementation at the defaults), each by its own
+script's ``--render``. Every page is
 generated from the files, never edited by hand; ``tests/test_bench.py`` checks that rendering the
 committed files gives the committed pages.
 """
@@ -17,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import compare_defaults
 import fault_report
 import latent_tradeoff
 import suite_cost
@@ -32,6 +34,7 @@ STUDIES = (
     ("suite_cost_cpu.json", suite_cost),
     ("faults_cpu.json", fault_report),
     ("latent_tradeoff_cpu.json", latent_tradeoff),
+    ("compare_cpu.json", compare_defaults),
 )
 
 
