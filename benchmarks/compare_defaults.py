@@ -25,20 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.markdown import markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import impl_label, markdown_table, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "evaluation.md"
 BEGIN, END = "<!-- compare-defaults:begin -->", "<!-- compare-defaults:end -->"
-LABELS = {
-    "pure_jax": "pure JAX",
-    "flax_linen": "Flax Linen",
-    "flax_nnx": "Flax NNX",
-    "haiku": "Haiku",
-    "equinox": "Equinox",
-    "keras": "Keras 3",
-}
 
 
 def measure(out: Path, command: list[str]) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def measure(out: Path, command: list[str]) -> dict[str, Any]:
 def _row(row: dict[str, Any], ev: dict[str, Any]) -> list[str]:
     accuracy = ev["conditional_accuracy"]
     return [
-        LABELS.get(row["impl"], row["impl"]),
+        impl_label(row["impl"]),
         f"{ev['neg_elbo']:.3f}",
         f"{ev['neg_iwae']:.3f}",
         f"{ev['recon']:.3f}",
@@ -89,7 +81,7 @@ def section(result: dict[str, Any]) -> str:
     env = result["environment"]
     load = (result.get("load_average") or {}).get("start") or [None]
     busy = f", load average {load[0]:.1f} at the start" if load[0] is not None else ""
-    names = [LABELS.get(row["impl"], row["impl"]) for row in rows]
+    names = [impl_label(row["impl"]) for row in rows]
     header = ["impl", "-ELBO", "-IWAE (k=64)", "recon", "KL", "active units"]
     header += ["gen acc, mean images", "gen acc, Bernoulli samples", "classifier on real test"]
     table = markdown_table(
@@ -98,9 +90,9 @@ def section(result: dict[str, Any]) -> str:
         "l" + "r" * 9,
     )
     reference = rows[0]["reference"]
-    same = [LABELS.get(r["impl"], r["impl"]) for r in rows[1:] if r["max_param_diff"] == 0.0]
+    same = [impl_label(r["impl"]) for r in rows[1:] if r["max_param_diff"] == 0.0]
     drift = [
-        f"{LABELS.get(r['impl'], r['impl'])} {r['max_param_diff']:.2f}"
+        f"{impl_label(r['impl'])} {r['max_param_diff']:.2f}"
         for r in rows[1:]
         if r["max_param_diff"] != 0.0
     ]
@@ -121,11 +113,11 @@ def section(result: dict[str, Any]) -> str:
         textwrap.fill(opening, 100, break_on_hyphens=False),
         "",
         table,
-        f"- Bit-identical to {LABELS.get(reference, reference)} after the run (largest parameter "
+        f"- Bit-identical to {impl_label(reference)} after the run (largest parameter "
         f"difference 0): {', '.join(same) or 'none'}. Largest parameter difference of the others: "
         f"{', '.join(drift) or 'none'}; every implementation's test -ELBO lies within "
         f"{max(elbos) - min(elbos):.3f} nats of the others'.",
-        f"- {LABELS.get(reference, reference)}'s diversity ranges from {low:.2f} (label "
+        f"- {impl_label(reference)}'s diversity ranges from {low:.2f} (label "
         f"{per_class.index(low)}) to {high:.2f} (label {per_class.index(high)}) of the real "
         "digits' spread.",
         f"- The importance-weighted bound is {min(tighter):.2f} to {max(tighter):.2f} nats "

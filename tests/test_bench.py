@@ -619,7 +619,7 @@ def test_every_difference_beyond_noise_carries_its_cause(tmp_path):
     data = with_programs(synthetic(other=0.8), "equinox", other, 22.8e6)
     performance, choosing = pages(data, tmp_path)
     cause = (
-        "its compiled program: 109 fusions against 116, 0 transposes against 21, 22.8 MB "
+        "its compiled one-step program: 109 fusions against 116, 0 transposes against 21, 22.8 MB "
         "against 30.7 MB per step (-4.0 passes over the parameters)"
     )
     assert f"Beyond noise: Equinox 0.80x at every batch size ({cause})." in performance
@@ -733,8 +733,8 @@ def test_a_per_call_difference_with_the_same_device_time_names_its_cause_or_none
         "difference is in calling the step"
     ) in performance
     assert (
-        "at batch 256, device time within noise and an empty step 25.0 µs against 41.0 µs: the "
-        "rounds' variation"
+        "at batch 256, device time within noise and an empty step 25.0 µs against 41.0 µs: not a "
+        "difference of the step or of calling it; what is left is how the rounds ran"
     ) in performance
     assert "not a difference of the step or of calling it" in performance
 
@@ -750,7 +750,7 @@ def test_a_per_call_difference_against_its_device_time_is_not_put_on_the_program
     performance, _ = pages(summarize(data), tmp_path)
     per_call = performance[performance.index("**Per call**") :]
     assert re.search(r"device time 1\.20x \([^)]*\), the other way", per_call), per_call[:2000]
-    assert "its compiled program" not in per_call.partition("\n\n**")[0]
+    assert "its compiled one-step program" not in per_call.partition("\n\n**")[0]
 
 
 def test_every_ratio_on_the_pages_carries_an_interval(tmp_path):
@@ -992,3 +992,21 @@ def test_a_non_empty_out_is_refused_unless_a_previous_benchmark(tmp_path, capsys
     assert main(["bench", "--out", str(out), "--overwrite", *TINY]) == 2
     assert "not a previous benchmark" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_a_half_roofline_shows_the_rate_its_bound_is_computed_at(tmp_path):
+    """A run without the bandwidth program (the half roofline): the rate beside the compute side
+    is the matmul's fastest round, the one the bound is computed at, not its median round's
+    (before this change the column showed the median while the bound used the fastest)."""
+    data = synthetic()
+    for batch in data["batches"].values():
+        batch.pop("bandwidth")
+    performance, _ = pages(summarize(data), tmp_path)
+    part = performance[performance.index("Against the matmul roof") :]
+    from cvae_rosetta.bench.markdown import number
+
+    roof = next(bt for bt in data["batches"].values() if bt["batch_size"] == 8)["roof"]
+    fastest = number(roof["flops"] / min(roof["call_us"]["rounds"]) / 1e3)
+    median = number(roof["flops"] / roof["call_us"]["median"] / 1e3)
+    assert fastest != median and f"| 8 | {fastest} |" in part, part[:800]
+    assert f"| 8 | {median} |" not in part

@@ -71,13 +71,13 @@ def cause(batch: dict[str, Any], impl: str, model: dict[str, Any]) -> str:
     if mine and mine == fingerprint(batch, REFERENCE):
         return SAME_PROGRAM
     if parts := _differences(batch, impl, model):
-        return "its compiled program: " + ", ".join(parts)
+        return "its compiled one-step program: " + ", ".join(parts)
     if not mine:  # a run of the harness before fingerprints
         return (
             "the same counts of fusions, library calls, copies and transposes as pure JAX's; no "
             "fingerprint"
         )
-    return "its compiled program: the same counts as pure JAX's, other instructions"
+    return "its compiled one-step program: the same counts as pure JAX's, other instructions"
 
 
 def programs(result: dict[str, Any]) -> str:

@@ -233,8 +233,8 @@ def _calling(
         return f"{step}, {costs}: the difference is in calling the step"
     machine = " on a loaded machine" if loaded(result) else ""
     return (
-        f"{step} and {costs}: the rounds' variation{machine}, not a difference of the step or "
-        "of calling it"
+        f"{step} and {costs}: not a difference of the step or of calling it; what is left is how "
+        f"the rounds ran{machine}, which this run cannot take apart"
     )
 
 
@@ -398,15 +398,16 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
     batches, n = batches_by_size(result), result["settings"]["roof_size"]
     params = parameter_count(result["settings"]["model"])
     if not all(bt.get("bandwidth") for _, bt in batches):  # measured before the roofline
-        rows = [
-            [str(b), number(bt["roof"]["gflops_per_s"]), *_compute_side(bt)] for b, bt in batches
-        ]
+        fastest = {
+            b: bt["roof"]["flops"] / min(bt["roof"]["call_us"]["rounds"]) for b, bt in batches
+        }
+        rows = [[str(b), number(fastest[b] / 1e3), *_compute_side(bt)] for b, bt in batches]
         header = ["batch", "roof GFLOP/s", "pure JAX's FLOPs at that rate", "its device time"]
         return _part(
             f"{h} Against the matmul roof",
             f"This run timed a float32 {n}x{n} matmul only, no bandwidth: half a roofline. Pure "
-            "JAX's step takes at least its FLOPs at the matmul's rate (the compute side; the "
-            "memory side was not measured), against its device time per step:",
+            "JAX's step takes at least its FLOPs at the matmul's rate (its fastest round's; the "
+            "compute side; the memory side was not measured), against its device time per step:",
             markdown_table(header, rows, "rrrr"),
         )
     impls = {i: impl_label(i) for i in impls_measured(result)}
