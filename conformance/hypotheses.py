@@ -583,7 +583,7 @@ def fit_constant(
         u = minimize_scalar(error, bounds=bounds, method="bounded", options={"xatol": 1e-9}).x
         best = value(u, optim)
         # the value said: the fewest significant digits that still fit (b2 = 0.98, not 0.9799)
-        for digits in (1, 2, 3, 4, 6):
+        for digits in (1, 2, 3, 4, 6, 12):
             said = _rounded(name, best, digits)
             excess = seen.excess(spec, optim, {name: said})[0]
             if excess <= 1.0:
