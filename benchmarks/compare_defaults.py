@@ -116,7 +116,7 @@ def section(result: dict[str, Any]) -> str:
         f"- Bit-identical to {impl_label(reference)} after the run (largest parameter "
         f"difference 0): {', '.join(same) or 'none'}. Largest parameter difference of the others: "
         f"{', '.join(drift) or 'none'}; every implementation's test -ELBO lies within "
-        f"{max(elbos) - min(elbos):.3f} nats of the others'.",
+        f"{max(elbos) - min(elbos):.2g} nats of the others'.",
         f"- {impl_label(reference)}'s diversity ranges from {low:.2f} (label "
         f"{per_class.index(low)}) to {high:.2f} (label {per_class.index(high)}) of the real "
         "digits' spread.",

@@ -185,7 +185,7 @@ def train_step(state: TrainState, batch: Batch, eps: jax.Array) -> tuple[TrainSt
 # --8<-- [start:paths]
 # Other ways to run the same step, if your framework has a more idiomatic one than the fast path:
 # ``label -> make(state) -> (step, carry)``, where ``step(carry, batch, key) -> (carry, metrics)``
-# (``impls/flax_nnx.py`` has two). The conformance suite checks each against ``train_step``. With
+# (``impls/flax_nnx.py`` has three). The conformance suite checks each against ``train_step``. With
 # none, the idiomatic step is the fast path, so there is no other path to measure.
 PATHS: dict = {}
 # --8<-- [end:paths]

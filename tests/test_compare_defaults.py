@@ -79,7 +79,7 @@ def test_the_figures_under_the_table_come_from_the_result(script):
     )
     assert "(largest parameter difference 0): Haiku." in text
     assert "Largest parameter difference of the others: Equinox 1.25;" in text
-    assert "within 0.050 nats of the others'" in text
+    assert "within 0.05 nats of the others'" in text
     assert "ranges from 0.30 (label 3) to 0.90 (label 4)" in text
     assert "0.20 to 0.30 nats tighter than the ELBO at k = 64" in text
     assert "0.990 to 1.000 of them, against the classifier's 0.970" in text
