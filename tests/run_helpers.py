@@ -1,10 +1,12 @@
 """Tiny runs to interrupt and resume, for the checkpoint tests (``test_checkpoint.py``) and the
 fault-injection suite (``test_faults.py``): ``benchmarks/tiny_runs.py``, which its larger sweep
-(``benchmarks/fault_report.py``) uses too, handed on.
+(``benchmarks/fault_report.py``) uses too, handed on; and :func:`benchmark_script`, a study script
+of ``benchmarks/`` loaded as a module, for the tests of its tables.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,6 +16,15 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from tiny_runs import *  # noqa: F403  (re-exported to the tests)
+
+
+def benchmark_script(name: str):
+    """``benchmarks/NAME.py`` loaded as a module of that name."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def outputs(process: subprocess.Popen, timeout: float) -> tuple[str, str]:

@@ -5,10 +5,10 @@ a result made up so that a wrong computation gives another sentence."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
+from run_helpers import benchmark_script
 
 from cvae_rosetta.bench import results
 
@@ -17,12 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "compare_defaults", ROOT / "benchmarks" / "compare_defaults.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("compare_defaults")
 
 
 def test_the_committed_result_is_what_the_page_shows(script):

@@ -4,12 +4,12 @@ the page's markers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from run_helpers import benchmark_script
 
 from cvae_rosetta.bench import results
 
@@ -18,12 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "latent_tradeoff", ROOT / "benchmarks" / "latent_tradeoff.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("latent_tradeoff")
 
 
 RUN_KEYS = {
