@@ -72,8 +72,8 @@ class GracefulStop:
             self._immediate = False
 
     def install(self) -> None:
-        """Take SIGINT and SIGTERM (again: ``jax.distributed.initialize`` puts its own SIGTERM
-        handler in place, a preemption notifier that only records the signal)."""
+        """Take SIGINT and SIGTERM (again after ``jax.distributed.initialize``, in case anything
+        replaced them: JAX's preemption service, which would, is turned off before it)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous = signal.signal(sig, self._handle)
