@@ -1010,3 +1010,14 @@ def test_a_half_roofline_shows_the_rate_its_bound_is_computed_at(tmp_path):
     median = number(roof["flops"] / roof["call_us"]["median"] / 1e3)
     assert fastest != median and f"| 8 | {fastest} |" in part, part[:800]
     assert f"| 8 | {median} |" not in part
+
+
+def test_a_run_of_two_batch_sizes_is_not_said_as_a_range():
+    """A run that measured two batch sizes (the GPU's 1 and 4096, here 8 and 256): a style within
+    noise at both is said at those two, not at "batch 8 to 256", which reads as a sweep."""
+    from cvae_rosetta.bench import decision
+
+    said = decision._reason(summarize(synthetic(other=1.0)), "other", None, set(), "")
+    assert "within noise of pure JAX at every batch size (batch 8 and 256, the two measured)" in (
+        said
+    ), said

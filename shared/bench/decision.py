@@ -363,7 +363,13 @@ def _reason(
     named; ``machine``: the words of a difference that is the machine's (:func:`variation`)."""
     batches = batches_by_size(result)
     name = backend_name(result)
-    sizes = f"batch {batches[0][0]} to {batches[-1][0]}" if len(batches) > 1 else "batch"
+    sizes = (
+        f"batch {batches[0][0]} and {batches[-1][0]}, the two measured"
+        if len(batches) == 2
+        else f"batch {batches[0][0]} to {batches[-1][0]}"
+        if len(batches) > 1
+        else "batch"
+    )
     if impl == REFERENCE:
         empty = [fast_row(bt, REFERENCE).get("empty_step_us") for _, bt in batches]
         empty = [e["median"] for e in empty if e]
