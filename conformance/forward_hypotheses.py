@@ -215,6 +215,11 @@ def _forward(ways: dict[str, Way], params, given: tuple, which: str, fitted=None
     return (logvar, mean) if way["split"] == "swapped" else (mean, logvar)
 
 
+def _spec_ways(which: str) -> dict[str, Way]:
+    """The spec's way of every part of ``which``."""
+    return {part.name: part.ways[0] for part in forward_parts(which)}
+
+
 def searched_forward(which: str) -> Callable[[], str]:
     """What :func:`search_forward` tried, said when no hypothesis reproduced the output."""
 
@@ -250,12 +255,12 @@ def search_forward(
         parts = tuple(
             Part(part.name, tuple(w for w in part.ways if w.key != "transposed")) for part in parts
         )  # no square image to transpose
+    spec = _spec_ways(which)  # the parts left out above keep the spec's way
     for h in hypotheses(parts):
         if not h.departures:
             continue
-        ways = {part.name: part.ways[0] for part in forward_parts(which)} | h.ways
         with np.errstate(over="ignore", invalid="ignore"):
-            want = _forward(ways, params, given, which)
+            want = _forward(spec | h.ways, params, given, which)
         if close(got, want):
             return describe(h.departures, f"{which} matches the float64 reference")
     return None
@@ -274,7 +279,7 @@ def fit_forward(
     the spec's values, then ``close`` decides. A sentence, or None."""
     from scipy.optimize import least_squares
 
-    spec = {part.name: part.ways[0] for part in forward_parts(which)}
+    spec = _spec_ways(which)
     seen = np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in jax.tree.leaves(got)])
 
     def output(fitted):

@@ -320,19 +320,20 @@ class _Flat:
     def leaf_norms(self, v: np.ndarray) -> np.ndarray:
         return np.sqrt(np.bincount(self.ids, weights=v * v, minlength=len(self.shapes)))[self.ids]
 
-    def sum_of_norms(self, leaf_norms: np.ndarray) -> np.floating:
-        """The sum over the leaves of their norms, from :meth:`leaf_norms`' entries."""
-        first = np.flatnonzero(np.diff(self.ids, prepend=-1))
-        return np.sum(leaf_norms[first])
+    def sum_of_norms(self, v: np.ndarray) -> np.floating:
+        """The sum over the leaves of their norms (a NumPy scalar: a zero divides as NumPy's)."""
+        return np.sum(np.sqrt(np.bincount(self.ids, weights=v * v, minlength=len(self.shapes))))
 
 
 def _clipped(v: np.ndarray, clip: float, reach: str, flat: _Flat) -> np.ndarray:
     if reach == "by value":
         return np.clip(v, -clip, clip)
-    leaves = flat.leaf_norms(v)
-    norm = {"per leaf": leaves, "sum of leaf norms": flat.sum_of_norms(leaves)}.get(
-        reach, np.sqrt(np.sum(v * v))
-    )
+    if reach == "per leaf":
+        norm = flat.leaf_norms(v)
+    elif reach == "sum of leaf norms":
+        norm = flat.sum_of_norms(v)
+    else:
+        norm = np.sqrt(np.sum(v * v))
     norm = norm * norm if reach == "squared norm" else norm
     with np.errstate(divide="ignore"):
         return v * np.minimum(1.0, np.where(norm > 0, clip / norm, 1.0))
@@ -665,17 +666,17 @@ def explain_step(
     want: Any,
 ) -> Callable[[], str | None]:
     """What a failed step check's ``explain`` runs: the search, else the update as a multiple of
-    the spec's that a config value names, else the true sentence on how far the parameters
-    moved."""
+    the spec's that a config value names, else (parameters that moved) a fitted constant, else
+    the true sentence on how far the parameters moved."""
 
     def explain() -> str | None:
-        found = search_step(got, history, optim, masks, atol)
         start = history[-1][0]
-        found = found or scaled_update(got, start, want, optim, masks)
-        if found or all(jax.tree.leaves(jax.tree.map(np.array_equal, got, start))):
-            return found or unchanged_or_moved(got, start, want, atol)
-        return fit_constant(got, history, optim, masks, atol) or unchanged_or_moved(
-            got, start, want, atol
+        unmoved = all(jax.tree.leaves(jax.tree.map(np.array_equal, got, start)))
+        return (
+            search_step(got, history, optim, masks, atol)
+            or scaled_update(got, start, want, optim, masks)
+            or (None if unmoved else fit_constant(got, history, optim, masks, atol))
+            or unchanged_or_moved(got, start, want, atol)
         )
 
     return explain
