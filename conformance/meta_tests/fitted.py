@@ -14,47 +14,47 @@ import functools
 import jax
 import optax
 
-from cvae_rosetta.conformance.meta_tests.pieces import pipeline
-from cvae_rosetta.conformance.meta_tests.registry import bug
-from cvae_rosetta.conformance.meta_tests.searched import (
-    _activated,
-    _adamw,
-    _prepared,
-    _with_optimizer,
+from cvae_rosetta.conformance.meta_tests.pieces import (
+    activated,
+    adamw_with,
+    pipeline,
+    prepared,
+    with_optimizer,
 )
+from cvae_rosetta.conformance.meta_tests.registry import bug
 
 
 @bug
 def adam_b2_of_transformers():
     """``b2 = 0.98``, a transformer training habit, where the spec's is 0.999: the first step is
     the spec's (bias correction), the later ones are not."""
-    return _with_optimizer(lambda optim: _adamw(optim, b2=0.98))
+    return with_optimizer(lambda optim: adamw_with(optim, b2=0.98))
 
 
 @bug
 def adam_b1_changed():
     """``b1 = 0.5`` (a GAN habit) where the spec's is 0.9."""
-    return _with_optimizer(lambda optim: _adamw(optim, b1=0.5))
+    return with_optimizer(lambda optim: adamw_with(optim, b1=0.5))
 
 
 @bug
 def adam_epsilon_changed():
     """``eps = 1e-6``, a value some ports raise epsilon to, where the spec's is 1e-8."""
-    return _with_optimizer(lambda optim: _adamw(optim, eps=1e-6))
+    return with_optimizer(lambda optim: adamw_with(optim, eps=1e-6))
 
 
 @bug
 def weight_decay_hardcoded():
     """``weight_decay=0.01`` (``torch.optim.AdamW``'s default) written as a number, where the spec
     reads ``optim.weight_decay``."""
-    return _with_optimizer(lambda optim: _adamw(optim, weight_decay=0.01))
+    return with_optimizer(lambda optim: adamw_with(optim, weight_decay=0.01))
 
 
 @bug
 def learning_rate_hardcoded():
     """``optax.adamw(3e-4, ...)``, a tutorial's rate written as a number, where the spec reads
     ``optim.learning_rate``."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.adamw(3e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay),
@@ -66,14 +66,14 @@ def learning_rate_hardcoded():
 def input_normalised_again():
     """The encoder fed ``(x - 0.1307) / 0.3081`` (MNIST's mean and deviation, a data pipeline
     habit) where the spec feeds x in [0, 1] as it is."""
-    return pipeline(encode=_prepared(lambda x: (x - 0.1307) / 0.3081))
+    return pipeline(encode=prepared(lambda x: (x - 0.1307) / 0.3081))
 
 
 @bug
 def leaky_relu_of_gans():
     """Leaky ReLU of slope 0.2 (``jax.nn.leaky_relu(h, 0.2)``, a GAN habit) where the spec's
     hidden activation is ReLU."""
-    return _activated(functools.partial(jax.nn.leaky_relu, negative_slope=0.2))
+    return activated(functools.partial(jax.nn.leaky_relu, negative_slope=0.2))
 
 
 # What the suite's diagnosis must say of each (``broken.EXPECTED`` holds them with the others').

@@ -214,3 +214,32 @@ def hand_written_adamw(optim: OptimConfig, **adam) -> optax.GradientTransformati
         optax.add_decayed_weights(optim.weight_decay),
         optax.scale_by_learning_rate(rate),
     )
+
+
+def with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]) -> Adapter:
+    """The reference with the optimiser ``make(optim)`` makes."""
+    create = state_with_optimizer(functools.cache(make))
+    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
+
+
+def adamw_with(optim: OptimConfig, **changes) -> optax.GradientTransformation:
+    """The spec's chain, ``clip_by_global_norm`` then ``adamw``, with ``adamw``'s arguments
+    ``changes`` changed."""
+    settings = dict(b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay) | changes
+    return optax.chain(
+        optax.clip_by_global_norm(optim.clip_norm), optax.adamw(optim.learning_rate, **settings)
+    )
+
+
+def activated(act) -> Adapter:
+    """The reference with ``act`` as the hidden layers' activation."""
+    return pipeline(encode=encoder(act=act), decode=decoder(act=act))
+
+
+def prepared(how):
+    """The reference's encoder fed ``how(x)``."""
+
+    def cond(x, c, num_classes):
+        return condition(how(x), c, num_classes)
+
+    return encoder(cond=cond)

@@ -21,17 +21,18 @@ import optax
 
 from cvae_rosetta.conformance.meta_tests.pieces import (
     BASE,
+    activated,
+    adamw_with,
     decoder,
     dense,
     encoder,
     hand_written_adamw,
-    init_with,
     make_objective,
     pipeline,
-    state_with_optimizer,
+    prepared,
+    with_optimizer,
 )
 from cvae_rosetta.conformance.meta_tests.registry import bug
-from cvae_rosetta.spec.config import OptimConfig
 from cvae_rosetta.spec.model import condition, split_moments
 from cvae_rosetta.spec.protocol import Adapter
 
@@ -138,23 +139,9 @@ def tanh_activation_label_first():
 # --- optimisation ---------------------------------------------------------------------------------
 
 
-def _with_optimizer(make: Callable[[OptimConfig], optax.GradientTransformation]) -> Adapter:
-    create = state_with_optimizer(functools.cache(make))
-    return dataclasses.replace(BASE, init_fn=init_with(create), from_canonical_fn=create)
-
-
-def _adamw(optim: OptimConfig, **changes) -> optax.GradientTransformation:
-    """The spec's chain, ``clip_by_global_norm`` then ``adamw``, with ``adamw``'s arguments
-    ``changes`` changed."""
-    settings = dict(b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay) | changes
-    return optax.chain(
-        optax.clip_by_global_norm(optim.clip_norm), optax.adamw(optim.learning_rate, **settings)
-    )
-
-
 def _clip_then_adamw(clip: Callable[[float], optax.GradientTransformation]) -> Adapter:
     """The spec's chain with its clipping replaced by ``clip(clip_norm)``."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             clip(optim.clip_norm),
             optax.adamw(
@@ -182,7 +169,7 @@ def _clip_each_leaf(clip_norm: float) -> optax.GradientTransformation:
 def clipping_after_adam():
     """The chain written the other way round, ``optax.chain(adamw(...), clip_by_global_norm(...))``:
     Adam's update is clipped, not the gradient, so a small clip norm all but stops the step."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.adamw(
                 optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
@@ -202,7 +189,7 @@ def clipping_per_variable():
 @bug
 def clipping_per_variable_after_adam():
     """Two mistakes in one part: each variable's update clipped on its own, after Adam."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.adamw(
                 optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay
@@ -216,7 +203,7 @@ def clipping_per_variable_after_adam():
 def weight_decay_not_scaled_by_rate():
     """The AdamW paper's ``theta -= lr * adam + wd * theta`` where optax (the spec) scales the decay
     by the rate too: ``scale_by_adam``, ``scale(-lr)``, then ``add_decayed_weights(-wd)``."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
@@ -230,7 +217,7 @@ def weight_decay_not_scaled_by_rate():
 def weight_decay_in_adam_gradient():
     """``torch.optim.Adam(weight_decay=...)``'s habit: ``weight_decay * params`` added to the
     clipped gradient inside the optimiser, before Adam, where AdamW decouples it."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.add_decayed_weights(optim.weight_decay),
@@ -242,7 +229,7 @@ def weight_decay_in_adam_gradient():
 @bug
 def weight_decay_forgotten():
     """``optax.adam`` where the spec has ``optax.adamw``: ``weight_decay`` never read."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.adam(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8),
@@ -254,27 +241,27 @@ def weight_decay_forgotten():
 def epsilon_inside_root():
     """Epsilon inside the square root, ``sqrt(v_hat + eps)`` (optax's ``eps_root``, some papers'
     form), where the spec adds it to ``sqrt(v_hat)``."""
-    return _with_optimizer(lambda optim: _adamw(optim, eps=0.0, eps_root=1e-8))
+    return with_optimizer(lambda optim: adamw_with(optim, eps=0.0, eps_root=1e-8))
 
 
 @bug
 def keras_default_epsilon():
     """Keras's default epsilon 1e-7 copied into optax's AdamW (where the spec's is 1e-8)."""
-    return _with_optimizer(lambda optim: _adamw(optim, eps=1e-7))
+    return with_optimizer(lambda optim: adamw_with(optim, eps=1e-7))
 
 
 @bug
 def adam_rates_swapped():
     """``b1`` and ``b2`` given in the wrong order (``adamw(lr, 0.999, 0.9)``): the first step is the
     spec's, the later ones are not."""
-    return _with_optimizer(lambda optim: _adamw(optim, b1=0.999, b2=0.9))
+    return with_optimizer(lambda optim: adamw_with(optim, b1=0.999, b2=0.9))
 
 
 @bug
 def update_added():
     """The update added where it is subtracted: ``scale_by_learning_rate(lr, flip_sign=False)``
     after ``scale_by_adam``, so every step climbs the loss."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
@@ -288,7 +275,7 @@ def update_added():
 def adam_first_moment_corrected_only():
     """Adam written out by hand with ``m_hat = m / (1 - b1^t)`` but ``v`` used as it is: the
     second correction forgotten."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: hand_written_adamw(optim, correct_first=True, correct_second=False)
     )
 
@@ -297,7 +284,7 @@ def adam_first_moment_corrected_only():
 def adam_second_moment_corrected_only():
     """Adam written out by hand with ``v_hat = v / (1 - b2^t)`` but ``m`` used as it is: the
     first correction forgotten."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: hand_written_adamw(optim, correct_first=False, correct_second=True)
     )
 
@@ -306,54 +293,50 @@ def adam_second_moment_corrected_only():
 def keras_adam_at_its_default_epsilon():
     """``keras.optimizers.AdamW`` as it is, default epsilon included: the corrections folded into
     the rate, epsilon 1e-7 on the raw root, where the spec adds 1e-8 to the corrected root."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: hand_written_adamw(
             optim, correct_first=False, correct_second=False, folded=True, eps=1e-7
         )
     )
 
 
-def _activated(act) -> Adapter:
-    return pipeline(encode=encoder(act=act), decode=decoder(act=act))
-
-
 @bug
 def gelu_exact_hidden_activation():
     """PyTorch's ``nn.GELU()`` (the exact erf form) as the hidden activation, where the spec's is
     ReLU."""
-    return _activated(functools.partial(jax.nn.gelu, approximate=False))
+    return activated(functools.partial(jax.nn.gelu, approximate=False))
 
 
 @bug
 def silu_hidden_activation():
     """SiLU (swish, ``jax.nn.silu``) as the hidden activation, a habit from diffusion models'
     networks, where the spec's is ReLU."""
-    return _activated(jax.nn.silu)
+    return activated(jax.nn.silu)
 
 
 @bug
 def sigmoid_hidden_activation():
     """Sigmoid hidden layers, as in textbook multilayer perceptrons, where the spec's is ReLU."""
-    return _activated(jax.nn.sigmoid)
+    return activated(jax.nn.sigmoid)
 
 
 @bug
 def leaky_relu_hidden_activation():
     """Leaky ReLU (slope 0.01, ``jax.nn.leaky_relu``'s default), a GAN habit, where the spec's is
     ReLU."""
-    return _activated(jax.nn.leaky_relu)
+    return activated(jax.nn.leaky_relu)
 
 
 @bug
 def elu_hidden_activation():
     """ELU hidden layers (``jax.nn.elu``), where the spec's is ReLU."""
-    return _activated(jax.nn.elu)
+    return activated(jax.nn.elu)
 
 
 @bug
 def softplus_hidden_activation():
     """Softplus hidden layers (a smooth ReLU), where the spec's is ReLU."""
-    return _activated(jax.nn.softplus)
+    return activated(jax.nn.softplus)
 
 
 def _mlp_last_linear(layers, h, linear):
@@ -404,7 +387,7 @@ def clipping_norm_without_root():
 def amsgrad_from_optax():
     """``optax.amsgrad`` (with the decay added) where the spec has Adam: the root of the running
     maximum of ``v_hat``, the same as Adam at the first step and not after."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             optax.scale_by_amsgrad(b1=0.9, b2=0.999, eps=1e-8),
@@ -459,25 +442,18 @@ def labels_one_based():
     return pipeline(encode=encoder(cond=_one_based), decode=decoder(cond=_one_based))
 
 
-def _prepared(how):
-    def cond(x, c, num_classes):
-        return condition(how(x), c, num_classes)
-
-    return encoder(cond=cond)
-
-
 @bug
 def input_binarised():
     """The encoder fed ``x > 0.5`` (a binarised-MNIST habit) where the spec feeds the grey levels
     in [0, 1]."""
-    return pipeline(encode=_prepared(lambda x: (x > 0.5).astype(x.dtype)))
+    return pipeline(encode=prepared(lambda x: (x > 0.5).astype(x.dtype)))
 
 
 @bug
 def input_rescaled():
     """The encoder fed ``2x - 1`` (images normalised to [-1, 1], a GAN habit) where the spec
     feeds x in [0, 1]."""
-    return pipeline(encode=_prepared(lambda x: 2.0 * x - 1.0))
+    return pipeline(encode=prepared(lambda x: 2.0 * x - 1.0))
 
 
 def _transposed(x):
@@ -489,7 +465,7 @@ def _transposed(x):
 def input_transposed():
     """Each image flattened column by column (an image layout mix-up between libraries) where the
     spec's x is each image's rows one after the other."""
-    return pipeline(encode=_prepared(_transposed))
+    return pipeline(encode=prepared(_transposed))
 
 
 def _clip_by_sum_of_norms(clip_norm: float) -> optax.GradientTransformation:
@@ -511,7 +487,7 @@ def clipping_by_sum_of_norms():
 def _optax_variant(make: Callable[..., optax.GradientTransformation]) -> Adapter:
     """The spec's chain with ``adamw`` replaced by ``make`` (an optax optimiser of AdamW's
     arguments)."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: optax.chain(
             optax.clip_by_global_norm(optim.clip_norm),
             make(optim.learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=optim.weight_decay),
@@ -536,7 +512,7 @@ def adamax_from_optax():
 def momentum_without_damping():
     """Adam written out by hand with ``m = b1 * m + g`` (heavy-ball momentum, as SGD's momentum is
     written) where the spec's first moment is ``b1 * m + (1 - b1) * g``."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: hand_written_adamw(
             optim, correct_first=True, correct_second=True, first_damping=1.0
         )
@@ -547,7 +523,7 @@ def momentum_without_damping():
 def no_first_moment():
     """``optax.adamw(..., b1=0.0)``: a port that read b1 as "no momentum", so the update is the
     gradient over ``sqrt(v_hat)``, RMSprop-like."""
-    return _with_optimizer(lambda optim: _adamw(optim, b1=0.0))
+    return with_optimizer(lambda optim: adamw_with(optim, b1=0.0))
 
 
 def _bias_after(layers, h, linear, act):
@@ -573,7 +549,7 @@ def bias_after_activation():
 def bias_correction_one_step_ahead():
     """Adam written out by hand with the count incremented before the step and again in the
     corrections, ``1 - b1 ** (t + 1)``, where the spec's step t divides by ``1 - b1 ** t``."""
-    return _with_optimizer(
+    return with_optimizer(
         lambda optim: hand_written_adamw(optim, correct_first=True, correct_second=True, ahead=1)
     )
 
