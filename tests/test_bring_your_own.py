@@ -399,7 +399,6 @@ RAW_ROUTE = ROOT / "template" / "README.md", "## The raw route: `raw_impl.py`"
 RAW_ROUTE_DOCS = ROOT / "docs" / "own_implementation.md", "## Route 2: implement the protocol"
 
 
-@pytest.mark.slow
 def test_the_raw_implementation_passes_the_suite_and_trains(tmp_path):
     """The raw route's commands exactly as ``template/README.md`` writes them (those of
     ``docs/own_implementation.md`` among them), run one by one in a shell from a folder that holds

@@ -52,3 +52,30 @@ def test_nnx_module_methods_are_the_forward_pass():
     np.testing.assert_array_equal(mean, impl.encode(state, batch.x, batch.c)[0])
     images = shared_model.reconstruct(impl, state, batch.x, batch.c)
     assert images.shape == batch.x.shape
+
+
+def test_linen_compact_form_has_the_setup_forms_variables_and_outputs():
+    """``impls/flax_linen.py``'s ``CompactCVAE`` (each layer declared inline under ``@nn.compact``,
+    shown on the modules page beside ``CVAE``, whose ``setup`` declares them): the same key gives
+    the very same variables, names and values, and either module given them computes the same
+    outputs, as the page and the class's comment say."""
+    linen = pytest.importorskip("cvae_rosetta.impls.flax_linen", reason="Flax is not installed")
+    model = CONFIG.model
+    fields = {
+        "input_dim": model.input_dim,
+        "num_classes": model.num_classes,
+        "latent_dim": model.latent_dim,
+        "encoder_dims": model.encoder_dims,
+        "decoder_dims": model.decoder_dims,
+    }
+    setup_form, compact_form = linen.CVAE(**fields), linen.CompactCVAE(**fields)
+    batch = make_batch(jax.random.key(3))
+    eps = jax.random.normal(jax.random.key(4), (batch.x.shape[0], model.latent_dim))
+    variables = setup_form.init(jax.random.key(5), batch.x, batch.c, eps)
+    chex.assert_trees_all_equal(
+        compact_form.init(jax.random.key(5), batch.x, batch.c, eps), variables
+    )
+    chex.assert_trees_all_equal(
+        compact_form.apply(variables, batch.x, batch.c, eps),
+        setup_form.apply(variables, batch.x, batch.c, eps),
+    )
