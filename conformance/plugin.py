@@ -282,6 +282,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = _state(session.config)
     if state is not None and state.asked:
         _use_compilation_cache(session.config, state)
+        # an implementation that cannot be loaded stops the session here, before any module is
+        # collected: pytest's usage error (status 4) says why, once, not an error per module
+        _loaded(session.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -415,6 +415,23 @@ def test_quiet_names_the_implementation_and_counts_as_pytest_does(tmp_path):
     assert "cases of the suite in all" not in output, output[-3000:]  # one line: nothing to add
 
 
+def test_an_implementation_that_cannot_be_loaded_stops_the_session_in_one_usage_error(tmp_path):
+    """``--impl`` naming a module that does not exist: the session stops before collecting
+    anything with pytest's usage error (status 4) saying why, in one line naming the field, what
+    was expected and what was given: not an error while collecting each of the suite's 14 modules
+    (status 2, a traceback each), as it did."""
+    result = run_pytest(tmp_path, "--impl", "nosuchpackage.module:impl", "--pyargs",
+                        "cvae_rosetta.conformance")  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 4, output[-3000:]
+    [error] = [line for line in output.splitlines() if line.startswith("ERROR: ")]
+    assert error.startswith(
+        "ERROR: cannot load the implementation(s) under test: nosuchpackage.module:impl: impl: "
+        "expected an importable module 'nosuchpackage.module', got "
+    ), error
+    assert "errors during collection" not in output and "Traceback" not in output, output[-3000:]
+
+
 def test_the_summary_counts_each_pairwise_case_once_in_its_total():
     """Two implementations and their pairwise cases: each implementation's line counts the cases
     of its pairs too; the total counts each once, as pytest does."""

@@ -467,11 +467,16 @@ def jobset() -> dict:
 
 
 def container_command(container: dict) -> list[str]:
-    """The ``cvae`` command of the container's ``bash -c`` line (after its ``pip install``)."""
+    """The ``cvae`` command of the container's ``bash -c`` line (after its ``pip install``), which
+    the shell runs with ``exec``: the shell, the container's first process, gives its place to
+    ``cvae``, so Kubernetes's SIGTERM reaches the run (docs/checkpoints.md: a shell does not pass
+    it on)."""
     assert container["command"] == ["bash", "-c"], container["command"]
     [line] = container["args"]
-    [cvae] = [part for part in line.split("&&") if part.split()[0] == "cvae"]
-    return shlex.split(cvae)[1:]
+    [last] = [part for part in line.split("&&") if "cvae train" in part]
+    words = shlex.split(last)
+    assert words[:2] == ["exec", "cvae"], last
+    return words[2:]
 
 
 def test_the_jobset_gives_the_run_what_it_needs():

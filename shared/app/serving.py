@@ -1,5 +1,5 @@
-"""Serve a model that ``cvae export`` wrote, with JAX and NumPy alone (no Flax, Haiku, Equinox,
-Optax or Orbax).
+"""Serve a model that ``cvae export`` wrote, with JAX, NumPy and flatbuffers (which
+``jax.export.deserialize`` imports) alone: no Flax, Haiku, Equinox, Optax or Orbax.
 
 ```python
 from cvae_rosetta.app import serving

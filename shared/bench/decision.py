@@ -32,6 +32,7 @@ from cvae_rosetta.bench.results import (
     differs,
     fast_row,
     impls_measured,
+    loaded,
     path_row,
     provenance,
     scan_row,
@@ -294,7 +295,26 @@ def _gpu_reason(result: dict[str, Any], same: set[str], machine: str) -> str:
     text = f"**{backend_name(result)}**, device time at batch {b:,}: {listed(within)} within noise"
     text += ("; " + "; ".join(machines + apart)) if machines or apart else ""
     text += f"; {listed(missing)} not measured" if missing else ""
+    text += _gpu_per_call(result, batch, b, device)
     return text + f" ({_rounds(result)})"
+
+
+def _gpu_per_call(result: dict[str, Any], batch: dict[str, Any], b: int, device: dict) -> str:
+    """The same batch per call (what `cvae train` pays, one call a batch), where a style differs
+    from pure JAX beyond noise: its ratio, and whether the machine was loaded."""
+    apart = []
+    for i in device:
+        entry = ((fast_row(batch, i) or {}).get("vs_pure_jax") or {}).get("step")
+        if i != REFERENCE and differs(entry):
+            apart.append(f"{impl_label(i)} {ratio(entry)}")
+    if not apart:
+        return ""
+    text = f"; per call at batch {b:,}, as `cvae train` calls it: {', '.join(apart)}"
+    if loaded(result):
+        cores = (result.get("other_processes_cpu") or {}).get("cores")
+        text += " (on a loaded machine" + (f": other processes used {cores:.1f} cores" if cores
+                                           else "") + ")"  # fmt: skip
+    return text
 
 
 def _rounds(result: dict[str, Any]) -> str:
@@ -406,7 +426,35 @@ def _reason(
             f"; `{wrapper}` per call, against the fast path ({around_the_step(wrapper)}): "
             f"{ratio(first['vs_fast']['step'])} at batch {b0}{span}"
         )
-    return text
+    return text + _outside_the_pin(result, impl)
+
+
+def _outside_the_pin(result: dict[str, Any], impl: str) -> str:
+    """Where the run's JAX lies outside the range this project's extra for ``impl`` pins (Haiku's
+    holds JAX below 0.11), a note saying so: the figure is not of a combination that installs."""
+    found = registry.info(impl)
+    extra = found.about.extra if found else None
+    jax_version = (result.get("environment") or {}).get("versions", {}).get("jax")
+    if not (extra and jax_version):
+        return ""
+    try:
+        from importlib.metadata import PackageNotFoundError, requires
+
+        from packaging.requirements import Requirement
+    except ImportError:
+        return ""
+    try:
+        needs = [Requirement(r) for r in requires("cvae-rosetta") or []]
+    except PackageNotFoundError:
+        return ""
+    pins = [
+        r.specifier
+        for r in needs
+        if r.name == "jax" and r.marker is not None and r.marker.evaluate({"extra": extra})
+    ]
+    if not pins or all(jax_version in pin for pin in pins):
+        return ""
+    return f" (taken on jax {jax_version}, outside the `{extra}` extra's range, jax{pins[0]})"
 
 
 def _speed_apart(result: dict[str, Any], impl: str, same: set[str]) -> str:

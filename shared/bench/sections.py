@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta.bench.causes import causes, programs
+from cvae_rosetta.bench.checklist import checklist
 from cvae_rosetta.bench.markdown import (
-    UNDONATED,
     around_the_step,
     backend_name,
     findings,
@@ -194,11 +194,29 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         *_unrolls(result),
         "**Per call**: the protocol's step, `jax.jit(impl.train_step, donate_argnums=0)` "
         "compiled ahead of time (`.trace(...).lower().compile()`), its executable called from a "
-        "Python loop over K device-resident batches. This adds each call's dispatch, which "
-        "decides the small batches.",
+        "Python loop over K device-resident batches. " + _dispatch_share(result),
         "",
         *_compared(result, call, labels, note=same_device),
         *_image(images, "step_time", sized),
+    )
+
+
+def _dispatch_share(result: dict[str, Any]) -> str:
+    """What calling adds, as a share of pure JAX's step per call at the smallest and the largest
+    batch size: the median *empty step* (below) against the step's median per call."""
+    sized = batches_by_size(result)
+    said = []
+    for b, batch in sized[:1] + sized[1:][-1:]:
+        row = fast_row(batch, REFERENCE)
+        empty = row.get("empty_step_us")
+        if empty:
+            call = row["step_us"]["median"]
+            said.append(f"{number(empty['median'])} µs of its {number(call)} µs at batch {b}")
+    if not said:
+        return "This adds each call's dispatch."
+    return (
+        "This adds each call's dispatch: an empty step (a call that computes nothing, below) "
+        f"took, for pure JAX, {' and '.join(said)}."
     )
 
 
@@ -387,6 +405,17 @@ def _moved(row: dict[str, Any]) -> str:
     return megabytes(row.get("bytes_accessed")) + (f" ({100 * share:.0f}%)" if share else "")
 
 
+def _matmul_arithmetic(result: dict[str, Any]) -> str:
+    """How a GPU run's float32 matmul multiplies, where the run did not set it: JAX's default
+    precision, which on a GPU with tensor cores may be TensorFloat-32."""
+    if result["environment"].get("backend") != "gpu" or result["settings"].get("matmul_precision"):
+        return ""
+    return (
+        " at JAX's default precision (`lax.Precision.DEFAULT`, which on a GPU with tensor cores "
+        "may multiply float32 inputs in TensorFloat-32)"
+    )
+
+
 def _percent(entry: dict[str, Any] | None) -> str:
     if not entry:
         return "-"
@@ -405,8 +434,9 @@ def _roof(result: dict[str, Any], h: str) -> list[str]:
         header = ["batch", "roof GFLOP/s", "pure JAX's FLOPs at that rate", "its device time"]
         return _part(
             f"{h} Against the matmul roof",
-            f"This run timed a float32 {n}x{n} matmul only, no bandwidth: half a roofline. Pure "
-            "JAX's step takes at least its FLOPs at the matmul's rate (its fastest round's; the "
+            f"This run timed a float32 {n}x{n} matmul{_matmul_arithmetic(result)} only, no "
+            "bandwidth: half a roofline. Pure JAX's step takes at least its FLOPs at the matmul's "
+            "rate (its fastest round's; the "
             "compute side; the memory side was not measured), against its device time per step:",
             markdown_table(header, rows, "rrrr"),
         )
@@ -626,7 +656,7 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
 
     groups = programs(result)
     blocks = {
-        "checklist": _checklist(result),
+        "checklist": checklist(result),
         "programs": [groups] if groups else [],
         "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
         "techniques": _techniques(result, "#")[4:],
@@ -640,92 +670,6 @@ def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
         }
         blocks[impl] = _compared(result, _vs_fast, labels) if labels else []
     return blocks
-
-
-# What to write, for each way of writing the step the benchmark measures against the fast path:
-# True where the fast path is the advised form (the technique is what to avoid), False where the
-# technique itself is.
-ADVICE = {
-    "no donation": ("Donate the state (`jax.jit(train_step, donate_argnums=0)`)", True),
-    "optax's clipping": (
-        "Clip by one scalar factor, `g * min(1, c / n)`, not `optax.clip_by_global_norm`",
-        True,
-    ),
-    "optax.flatten": ("Keep the parameters a tree, not `optax.flatten`", True),
-    "optax's AdamW": ("Bias corrections as scalar factors, not `optax.adamw`", True),
-    "kernel layout": ("The kernels' gradient in their own layout, `h.T @ g` (below)", False),
-}
-
-
-def _checklist(result: dict[str, Any]) -> list[str]:
-    """The ways to a faster step, ranked by the largest gain per call each gave in ``result``
-    (beyond noise), each with its gain and batch size; those that gave none beyond noise after
-    them. The frameworks' own jit wrappers against their fast path are one way among them,
-    counted at their largest gain."""
-    gains: list[tuple[float, str]] = []
-    none: list[str] = []
-    wrappers = []
-    for b, batch in batches_by_size(result):
-        for row in batch["paths"]:
-            entry = (row.get("vs_fast") or {}).get("step")
-            if row["path"] not in (FAST, SAME_AS_FAST) and entry and differs(entry):
-                wrappers.append((entry["ratio"], b, path_label(row), row["path"]))
-    if wrappers:
-        top, b, label, path = max(wrappers)
-        undonated = ", which donates nothing" if path in UNDONATED else ""
-        gains.append(
-            (top, f"Step with `jax.jit` over a pure state, the noise drawn inside the step, not "
-                  f"the framework's own jit wrapper with the noise drawn outside it{undonated}: "
-                  f"up to {top:.2f}x per call ({label}, batch {b})")
-        )  # fmt: skip
-    best: dict[str, tuple[float, int] | None] = {}
-    for part in result.get("techniques") or []:
-        for r in part["rows"]:
-            if r["technique"] not in ADVICE:
-                continue
-            words, fast_is_advised = ADVICE[r["technique"]]
-            entry = r["vs_fast"]["step_us"]
-            gain = entry["ratio"] if fast_is_advised else 1 / entry["ratio"]
-            best.setdefault(words, None)
-            if differs(entry) and gain > 1 and gain > (best[words] or (0, 0))[0]:
-                best[words] = (gain, part["batch_size"])
-    for words, found in best.items():
-        if found:
-            gains.append((found[0], f"{words}: {found[0]:.2f}x per call (batch {found[1]})"))
-        else:
-            none.append(words)
-    if not gains and not none:
-        return []
-    lines = [f"{n}. {words}" for n, (_, words) in enumerate(sorted(gains, reverse=True), 1)]
-    if none:
-        said = "; ".join(words[0].lower() + words[1:] for words in none)
-        lines += ["", f"No gain per call beyond noise at the batch sizes measured: {said}."]
-        inside = _device_costs(result)
-        if costs := [inside[words] for words in none if words in inside]:
-            said = "; ".join(costs)
-            lines[-1] += f" Within noise per call, but not in the compiled step: {said}."
-    return [*lines, ""]
-
-
-def _device_costs(result: dict[str, Any]) -> dict[str, str]:
-    """For each advised form (:data:`ADVICE`), what the other way cost beyond noise as one
-    compiled step (device time, and the bytes it moved against the fast path's), at the batch
-    size where it cost most: ``words -> text``."""
-    worst: dict[str, tuple[float, str]] = {}
-    for part in result.get("techniques") or []:
-        fast = next((r for r in part["rows"] if r["technique"] == FAST), None)
-        for r in part["rows"]:
-            words, fast_is_advised = ADVICE.get(r["technique"], ("", False))
-            device = r["vs_fast"].get("scan_us")
-            if not (fast_is_advised and device and differs(device) and device["ratio"] > 1):
-                continue
-            said = f"`{r['technique']}` {ratio(device)} device time"
-            if fast and fast.get("bytes_accessed") and r.get("bytes_accessed"):
-                moved = (megabytes(r["bytes_accessed"]), megabytes(fast["bytes_accessed"]))
-                said += f", {moved[0]} moved against {moved[1]}"
-            if device["ratio"] > worst.get(words, (0.0, ""))[0]:
-                worst[words] = (device["ratio"], f"{said} at batch {part['batch_size']}")
-    return {words: text for words, (_, text) in worst.items()}
 
 
 def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
