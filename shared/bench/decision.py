@@ -309,12 +309,8 @@ def _gpu_per_call(result: dict[str, Any], batch: dict[str, Any], b: int, device:
             apart.append(f"{impl_label(i)} {ratio(entry)}")
     if not apart:
         return ""
-    text = f"; per call at batch {b:,}, as `cvae train` calls it: {', '.join(apart)}"
-    if loaded(result):
-        cores = (result.get("other_processes_cpu") or {}).get("cores")
-        text += " (on a loaded machine" + (f": other processes used {cores:.1f} cores" if cores
-                                           else "") + ")"  # fmt: skip
-    return text
+    loaded_machine = " (a loaded machine)" if loaded(result) else ""
+    return f"; per call at {b:,}: {', '.join(apart)}{loaded_machine}"
 
 
 def _rounds(result: dict[str, Any]) -> str:
