@@ -165,14 +165,16 @@ def new_page(
             "catch (error) {}"
         )
 
-    whole_index = [search]  # served whole once, to a tab that asks for it
+    whole_index = search  # served whole once, to a tab that asks for it
 
     def route(route):
-        if route.request.url == base_url + SEARCH_INDEX and not whole_index[0]:
-            route.fulfill(json=empty_search_index())
-        elif route.request.url == base_url + SEARCH_INDEX:
-            whole_index[0] = False
-            route.continue_()
+        nonlocal whole_index
+        if route.request.url == base_url + SEARCH_INDEX:
+            if whole_index:
+                whole_index = False
+                route.continue_()
+            else:
+                route.fulfill(json=empty_search_index())
         elif route.request.url.startswith(base_url):
             route.continue_()
         else:

@@ -32,6 +32,7 @@ from cvae_rosetta.bench.results import (
     differs,
     fast_row,
     impls_measured,
+    jax_outside,
     loaded,
     path_row,
     provenance,
@@ -304,7 +305,7 @@ def _gpu_per_call(result: dict[str, Any], batch: dict[str, Any], b: int, device:
     from pure JAX beyond noise: its ratio, and whether the machine was loaded."""
     apart = []
     for i in device:
-        entry = ((fast_row(batch, i) or {}).get("vs_pure_jax") or {}).get("step")
+        entry = fast_row(batch, i).get("vs_pure_jax", {}).get("step")
         if i != REFERENCE and differs(entry):
             apart.append(f"{impl_label(i)} {ratio(entry)}")
     if not apart:
@@ -431,26 +432,10 @@ def _outside_the_pin(result: dict[str, Any], impl: str) -> str:
     found = registry.info(impl)
     extra = found.about.extra if found else None
     jax_version = (result.get("environment") or {}).get("versions", {}).get("jax")
-    if not (extra and jax_version):
+    pin = jax_outside(jax_version, extra) if extra else None
+    if not pin:
         return ""
-    try:
-        from importlib.metadata import PackageNotFoundError, requires
-
-        from packaging.requirements import Requirement
-    except ImportError:
-        return ""
-    try:
-        needs = [Requirement(r) for r in requires("cvae-rosetta") or []]
-    except PackageNotFoundError:
-        return ""
-    pins = [
-        r.specifier
-        for r in needs
-        if r.name == "jax" and r.marker is not None and r.marker.evaluate({"extra": extra})
-    ]
-    if not pins or all(jax_version in pin for pin in pins):
-        return ""
-    return f" (taken on jax {jax_version}, outside the `{extra}` extra's range, jax{pins[0]})"
+    return f" (taken on jax {jax_version}, outside the `{extra}` extra's range, {pin})"
 
 
 def _speed_apart(result: dict[str, Any], impl: str, same: set[str]) -> str:

@@ -306,6 +306,35 @@ def envelope(kind: str, command: Sequence[str] | None = None, **environ: Any) ->
     }
 
 
+def jax_outside(version: str | None, extra: str | None = None) -> str | None:
+    """This project's own ``jax`` requirement (``jax<0.12.1,>=0.10.2``), or its extra ``extra``'s
+    (Haiku's ``jax<0.11,>=0.10.2``), where ``version`` does not meet it, as the installed
+    metadata says it; else None (met, no such requirement, or no metadata)."""
+    import importlib.metadata
+
+    def parts(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+    try:
+        listed = importlib.metadata.requires("cvae-rosetta") or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    condition = f'extra == "{extra}"' if extra else ""
+    needs = [
+        spec
+        for spec, _, marker in (r.partition(";") for r in listed)
+        if spec.startswith("jax<") and marker.strip() == condition
+    ]
+    have = parts(version or "")
+    if not (needs and have):
+        return None
+    for bound in needs[0][3:].split(","):
+        op, value = ("<", bound[1:]) if bound[0] == "<" else (">=", bound[2:])
+        if have >= parts(value) if op == "<" else have < parts(value):
+            return needs[0]
+    return None
+
+
 def provenance(result: dict[str, Any]) -> str:
     """One line that tells one result file from another: device, date, JAX version."""
     env = result.get("environment") or {}

@@ -36,6 +36,7 @@ from cvae_rosetta.bench.results import (
     differs,
     fast_row,
     impls_measured,
+    jax_outside,
     loaded,
     parameter_count,
     path_row,
@@ -90,7 +91,7 @@ def _conditions(result: dict[str, Any]) -> list[str]:
         f"{model['compute_dtype']}, synthetic data, the same canonical parameters everywhere.",
         "",
     ]
-    if outside := _outside_requirement(v.get("jax")):
+    if outside := jax_outside(v.get("jax")):
         lines += [f"**jax {v['jax']} lies outside the project's `{outside}`**.", ""]
     if result.get("schema_read"):
         lines += [
@@ -111,25 +112,6 @@ def _pct(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{100 * value:.1f}%" if abs(value) < 0.1 else f"{100 * value:.0f}%"
-
-
-def _outside_requirement(version: str | None) -> str | None:
-    """The project's own ``jax`` requirement where ``version`` does not meet it, else None."""
-    import importlib.metadata
-
-    def parts(text: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-    try:
-        need = next(r for r in importlib.metadata.requires("cvae-rosetta") or () if r[:4] == "jax<")
-    except (importlib.metadata.PackageNotFoundError, StopIteration):
-        return None
-    have = parts(version or "")
-    for bound in need[3:].split(","):
-        op, value = ("<", bound[1:]) if bound[0] == "<" else (">=", bound[2:])
-        if have and (have >= parts(value) if op == "<" else have < parts(value)):
-            return need
-    return None
 
 
 def _confidence(result: dict[str, Any]) -> float | None:
@@ -406,9 +388,9 @@ def _moved(row: dict[str, Any]) -> str:
 
 
 def _matmul_arithmetic(result: dict[str, Any]) -> str:
-    """How a GPU run's float32 matmul multiplies, where the run did not set it: JAX's default
-    precision, which on a GPU with tensor cores may be TensorFloat-32."""
-    if result["environment"].get("backend") != "gpu" or result["settings"].get("matmul_precision"):
+    """How a GPU run's float32 matmul multiplies: at JAX's default precision (the harness sets
+    none), which on a GPU with tensor cores may be TensorFloat-32."""
+    if result["environment"].get("backend") != "gpu":
         return ""
     return (
         " at JAX's default precision (`lax.Precision.DEFAULT`, which on a GPU with tensor cores "
