@@ -521,6 +521,22 @@ def test_a_figure_taken_outside_an_extras_jax_range_says_so():
     assert "outside the" not in row(decision([data], None), "An existing Haiku codebase")
 
 
+def test_a_run_on_a_jax_outside_the_projects_range_says_so(tmp_path):
+    """The run's conditions name the project's own jax requirement (its metadata's, the same
+    reading the Haiku note above uses) where the run's JAX lies outside it, and only there."""
+    import importlib.metadata
+
+    requires = importlib.metadata.requires("cvae-rosetta")
+    [base] = [r for r in requires if r.startswith("jax<") and ";" not in r]
+    data = synthetic()
+    data["environment"]["versions"]["jax"] = "99.0"
+    performance, _ = pages(summarize(data), tmp_path)
+    assert f"**jax 99.0 lies outside the project's `{base}`**." in performance
+    data["environment"]["versions"]["jax"] = "0.10.2"
+    performance, _ = pages(summarize(data), tmp_path)
+    assert "lies outside the project's" not in performance
+
+
 def test_a_difference_inside_the_noise_is_called_so_and_not_ranked(tmp_path):
     # 1 % slower, with rounds that scatter by +-6 % against pure JAX's own
     noisy = (1.06, 0.95, 1.04, 0.94, 1.05, 0.97, 1.03, 0.96, 1.02, 1.0)
