@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.markdown import impl_label, markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import impl_label, write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent

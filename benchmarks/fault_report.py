@@ -35,11 +35,11 @@ from typing import NamedTuple
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import tiny_runs as h  # the runs, kills and comparisons of the fault tests
-
 from cvae_rosetta.app import checkpoint, resuming
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.markdown import markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import write_between_markers
+from cvae_rosetta.cli import tiny_runs as h  # the runs, kills and comparisons of the fault tests
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench import plots, results
-from cvae_rosetta.bench.markdown import markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import write_between_markers
 from cvae_rosetta.files import write_json
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,9 +3,10 @@
     python benchmarks/render.py [--results benchmarks/results] [--docs docs]
 
 ``docs/performance.md`` (one section per machine: ``bench_cpu.json``, and ``bench_gpu.json`` where a
-GPU run is committed) with its plots, and the decision table of ``docs/choosing.md`` (with the
-frameworks' release history of ``maintenance.json``), by
-:func:`cvae_rosetta.bench.report.render_docs`; then the studies' tables (the suite's cost, the
+GPU run is committed) with its plots, the decision table of ``docs/choosing.md`` (with the
+frameworks' release history of ``maintenance.json``) and the blocks of ``docs/fast_step.md``, by
+the docs build's ``docs_build/benchmark_pages.py`` (``render_docs``), whose sections are the ones
+``cvae bench`` writes into its ``bench.md``; then the studies' tables (the suite's cost, the
 fault report, the latent-size trade-off, every implementation at the defaults), each by its own
 script's ``--render``. Every page is
 generated from the files, never edited by hand; ``tests/test_bench.py`` checks that rendering the
@@ -23,9 +24,10 @@ import fault_report
 import latent_tradeoff
 import suite_cost
 
-from cvae_rosetta.bench import report
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs_build"))  # the docs build's modules import each other plainly
+import benchmark_pages  # noqa: E402  (docs_build/benchmark_pages.py)
+
 BENCH = (("bench_cpu.json", "bench_"), ("bench_gpu.json", "bench_gpu_"))
 MAINTENANCE = "maintenance.json"  # benchmarks/maintenance.py: the decision table's release history
 # change_cost.json, version_matrix.json, concepts.json (benchmarks/change_cost.py,
@@ -44,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
     args = parser.parse_args(argv)
     sources = [(args.results / name, prefix) for name, prefix in BENCH]
-    written = report.render_docs(
+    written = benchmark_pages.render_docs(
         [s for s in sources if s[0].is_file()],
         args.docs,
         args.results / MAINTENANCE,
-        {name: args.results / f"{name}.json" for name in report.EVIDENCE_TABLES},
+        {name: args.results / f"{name}.json" for name in benchmark_pages.EVIDENCE_TABLES},
     )
     for name, study in STUDIES:
         if (args.results / name).is_file():

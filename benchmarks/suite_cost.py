@@ -24,8 +24,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench import results
-from cvae_rosetta.bench.markdown import impl_label, markdown_table, write_between_markers
+from cvae_rosetta.bench.markdown import impl_label, write_between_markers
 from cvae_rosetta.conformance.meta_tests import broken
 from cvae_rosetta.files import write_json
 

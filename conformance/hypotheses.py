@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from cvae_rosetta.conformance import reference
-from cvae_rosetta.conformance.common import Hints, explain_ratio
+from cvae_rosetta.conformance.messages import Hints, explain_ratio
 from cvae_rosetta.spec.config import OptimConfig
 
 B1, B2, EPS = reference.B1, reference.B2, reference.EPS
@@ -617,7 +617,7 @@ def searched_step(optim: OptimConfig, steps: int) -> Callable[[], str]:
 def scaled_update(got: Any, start: Any, want: Any, optim: OptimConfig, masks: Any) -> str | None:
     """The step's update as a multiple of the spec's, on the entries ``masks`` selects, where the
     factor is a config value (the rate, the clip norm, their inverses) or a product
-    :func:`common.explain_ratio` names: ``the step's update is 0.001 times the spec's: the factor
+    :func:`messages.explain_ratio` names: ``the step's update is 0.001 times the spec's: the factor
     is optim.learning_rate``."""
     flat = _Flat(got)
     mask = flat.vector(masks) > 0

@@ -5,7 +5,7 @@ Each is tried only once the check has failed, against the float64 reference comp
 way: an encoder or a decoder that ignores the label, the ways of writing either searched
 (:mod:`cvae_rosetta.conformance.forward_hypotheses`: activations, the label's place, the latent
 layer's split and activation, the output), a converter that transposes a square kernel or
-drops the biases, the sample, a reduction, a slip or beta in a term (:func:`common.explain_ratio`,
+drops the biases, the sample, a reduction, a slip or beta in a term (:func:`messages.explain_ratio`,
 their products), the total of the loss written another way, a step that draws its noise from
 another key. The optimiser's ways are searched in :mod:`cvae_rosetta.conformance.hypotheses`. The
 mistake that fits is named in the first line of the failure (``recon is 1/64 of the reference: a
@@ -22,18 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae_rosetta.conformance.common import (
-    ATOL,
-    RTOL,
-    Hints,
-    assert_close,
-    explain_ratio,
-    key_bits,
-    loss_axes,
-    mismatch,
-    spec_noise,
-)
+from cvae_rosetta.conformance.assertions import assert_close
+from cvae_rosetta.conformance.common import ATOL, RTOL, key_bits, spec_noise
 from cvae_rosetta.conformance.forward_hypotheses import fit_forward, search_forward
+from cvae_rosetta.conformance.messages import Hints, explain_ratio, loss_axes, mismatch
 from cvae_rosetta.spec.config import Config, LossConfig
 from cvae_rosetta.spec.validation import Batch
 

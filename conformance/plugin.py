@@ -38,7 +38,7 @@ A run of the suite's checks writes a machine-readable report (``--conformance-re
 ``conformance-report.json`` in the working directory): per implementation and per check,
 ``passed``, ``failed``, ``skipped``, ``skipped: earlier layer failed`` or ``not applicable`` (a
 check of a capability the implementation does not have, see
-:func:`cvae_rosetta.conformance.common.require`), every check's layer, each implementation's
+:func:`cvae_rosetta.conformance.assertions.require`), every check's layer, each implementation's
 diagnosis, and the versions behind each implementation (:mod:`cvae_rosetta.conformance.report`).
 """
 

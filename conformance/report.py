@@ -2,8 +2,8 @@
 
 Per implementation and per check, its outcome: ``passed``, ``failed``, ``skipped``, ``skipped:
 earlier layer failed`` (``--first-layer``) or ``not applicable`` (a check of a capability the
-implementation does not have, see :func:`cvae_rosetta.conformance.common.require`); every check's
-layer, in the order the checks ran, and for a failure what it saw, as a sentence
+implementation does not have, see :func:`cvae_rosetta.conformance.assertions.require`); every
+check's layer, in the order the checks ran, and for a failure what it saw, as a sentence
 (:func:`plain_message`); each implementation's diagnosis (:func:`diagnosis`: the first failed
 check of the earliest layer that failed, the one to fix first); the outcomes of the checks of the
 suite's own reference, which take no implementation; and the versions behind each

@@ -21,14 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cvae_rosetta.conformance import common
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    GRAMMAR,
-    MODEL,
-    B,
-    assert_refused,
-    refused_with,
-)
+from cvae_rosetta.conformance.assertions import assert_refused, refused_with
+from cvae_rosetta.conformance.common import CONFIG, MODEL, B
+from cvae_rosetta.conformance.messages import GRAMMAR
 from cvae_rosetta.conformance.strategies import (
     bad_batches,
     bad_latents,

@@ -54,18 +54,15 @@ from cvae_rosetta.conformance.common import (
     MODEL,
     RTOL,
     B,
-    Hints,
     at_path,
     copy_to_host,
     fresh,
-    loss_axes,
-    mismatch,
     probe,
     spec_noise,
     suite_batch,
     suite_params,
-    where_max,
 )
+from cvae_rosetta.conformance.messages import Hints, loss_axes, mismatch, where_max
 from cvae_rosetta.conformance.mistakes import KL_NOTES
 from cvae_rosetta.spec.config import Config, LossConfig
 

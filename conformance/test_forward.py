@@ -15,14 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta.conformance import common, reference
-from cvae_rosetta.conformance.common import (
-    ATOL,
-    CONFIG,
-    MODEL,
-    RTOL,
-    B,
-    assert_close,
-)
+from cvae_rosetta.conformance.assertions import assert_close
+from cvae_rosetta.conformance.common import ATOL, CONFIG, MODEL, RTOL, B
 from cvae_rosetta.conformance.forward_hypotheses import searched_forward
 from cvae_rosetta.conformance.mistakes import Loaded, decode_mistake, encode_mistake
 

@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 
 from cvae_rosetta.conformance import common, reference
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    MODEL,
-    Axis,
-    B,
-    assert_trees_close,
-    copy_to_host,
-    spec_noise,
-)
+from cvae_rosetta.conformance.assertions import assert_trees_close
+from cvae_rosetta.conformance.common import CONFIG, MODEL, B, copy_to_host, spec_noise
+from cvae_rosetta.conformance.messages import Axis
 from cvae_rosetta.spec.config import LossConfig
 
 params, batch = common.params, common.batch  # the suite's parameters and batch

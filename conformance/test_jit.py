@@ -22,20 +22,19 @@ import numpy as np
 import pytest
 
 from cvae_rosetta.conformance import common, reference
+from cvae_rosetta.conformance.assertions import assert_close, assert_trees_close
 from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     B,
-    assert_close,
-    assert_trees_close,
     at_path,
     copy_to_host,
     fresh,
     spec_noise,
     suite_batch,
     suite_params,
-    tree_mismatch,
 )
+from cvae_rosetta.conformance.messages import tree_mismatch
 from cvae_rosetta.spec.config import Config
 
 params, batch = common.params, common.batch  # the suite's parameters and batch

@@ -40,21 +40,18 @@ import numpy as np
 import pytest
 
 from cvae_rosetta.conformance import reference
+from cvae_rosetta.conformance.assertions import assert_close
 from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     B,
-    Hints,
     as32,
-    assert_close,
     at_path,
     copy_to_host,
-    mismatch,
     spec_noise,
     spec_step,
     suite_batch,
     suite_params,
-    where_max,
 )
 from cvae_rosetta.conformance.hypotheses import (
     explain_step,
@@ -62,6 +59,7 @@ from cvae_rosetta.conformance.hypotheses import (
     search_step,
     searched_step,
 )
+from cvae_rosetta.conformance.messages import Hints, mismatch, where_max
 from cvae_rosetta.spec.config import OptimConfig
 from cvae_rosetta.spec.errors import ConfigError
 

@@ -13,15 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    MODEL,
-    assert_close,
-    assert_trees_close,
-    digits,
-    suite_batch,
-    suite_params,
-)
+from cvae_rosetta.conformance.assertions import assert_close, assert_trees_close
+from cvae_rosetta.conformance.common import CONFIG, MODEL, digits, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, LossConfig, ModelConfig
 from cvae_rosetta.spec.validation import Batch
 

@@ -18,17 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from cvae_rosetta.conformance.assertions import assert_trees_close, require
 from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
-    assert_trees_close,
     copy_to_host,
     fresh,
-    require,
     suite_batch,
     suite_params,
-    tree_mismatch,
 )
+from cvae_rosetta.conformance.messages import tree_mismatch
 from cvae_rosetta.spec import parallel
 from cvae_rosetta.spec.model import noise
 
@@ -64,18 +63,45 @@ def run(impl):
 CHECKED = (0, STEPS - 1)  # after one step and after ten
 
 
+def _placed(plan: parallel.Plan, state):
+    """The state where ``plan.make_step`` takes it: as it is for ``none``, stacked per device and
+    split over the mesh for ``pmap``, replicated over the mesh otherwise."""
+    if plan.mechanism == "none":
+        return state
+    if plan.mechanism == "pmap":
+        stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * plan.count), state)
+        return jax.device_put(stacked, plan.rows())
+    return jax.device_put(state, plan.replicated)
+
+
+def _device_copies(plan: parallel.Plan, state) -> list:
+    """The copy of a placed state on each device, as host arrays."""
+    if plan.mechanism == "none":
+        return [jax.device_get(state)]
+    leaves, treedef = jax.tree.flatten(state)
+    per_device = [[np.asarray(s.data) for s in leaf.addressable_shards] for leaf in leaves]
+    copies = []
+    for d in range(len(per_device[0])):
+        values = [shards[d] for shards in per_device]
+        if plan.mechanism == "pmap":
+            values = [v[0] for v in values]
+        copies.append(treedef.unflatten(values))
+    return copies
+
+
 def _train(impl, plan: parallel.Plan, run, steps: int = STEPS):
     """``{t: (copy of the state on each device, metrics, canonical params)}`` for ``t`` in
     CHECKED, taken before the next step donates the state."""
     params, batches, keys, _ = run
     step = plan.make_step(impl)
-    state = plan.place_state(impl.from_canonical(fresh(params), CONFIG))
+    state = _placed(plan, impl.from_canonical(fresh(params), CONFIG))
     seen = {}
     for t, (batch, key) in enumerate(zip(batches[:steps], keys[:steps], strict=True)):
         state, metrics = step(state, fresh(batch), key)
         if t in CHECKED:
-            canonical = jax.device_get(impl.to_canonical(plan.local_state(state)))
-            seen[t] = (parallel.device_copies(plan, state), jax.device_get(metrics), canonical)
+            copies = _device_copies(plan, state)
+            canonical = jax.device_get(impl.to_canonical(jax.device_put(copies[0])))
+            seen[t] = (copies, jax.device_get(metrics), canonical)
     return seen
 
 
@@ -144,7 +170,7 @@ def test_each_device_uses_its_own_rows_of_the_global_noise(impl, mechanism):
     spy = _with_grads_fn(impl, grads_fn)
     plan = parallel.Plan.create(mechanism, devices)
     batch, key = suite_batch(81, B), jax.random.key(82)
-    state = plan.place_state(spy.from_canonical(suite_params(83), CONFIG))
+    state = _placed(plan, spy.from_canonical(suite_params(83), CONFIG))
     jax.block_until_ready(plan.make_step(spy)(state, batch, key))
     jax.effects_barrier()
     eps = np.asarray(noise(key, B, MODEL.latent_dim))

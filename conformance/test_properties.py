@@ -30,19 +30,10 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from cvae_rosetta.conformance import reference
-from cvae_rosetta.conformance.common import (
-    ATOL,
-    RTOL,
-    Axis,
-    assert_close,
-    assert_trees_close,
-    at_path,
-    fresh,
-    loss_axes,
-    spec_noise,
-    where_max,
-)
+from cvae_rosetta.conformance.assertions import assert_close, assert_trees_close
+from cvae_rosetta.conformance.common import ATOL, RTOL, at_path, fresh, spec_noise
 from cvae_rosetta.conformance.hypotheses import explain_step, searched_step
+from cvae_rosetta.conformance.messages import Axis, loss_axes, where_max
 from cvae_rosetta.conformance.mistakes import (
     KL_NOTES,
     Loaded,

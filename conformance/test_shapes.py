@@ -10,13 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta.conformance import common
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    MODEL,
-    B,
-    assert_trees_close,
-    at_path,
-)
+from cvae_rosetta.conformance.assertions import assert_trees_close
+from cvae_rosetta.conformance.common import CONFIG, MODEL, B, at_path
 from cvae_rosetta.spec.config import Config, ModelConfig
 
 params, batch = common.params, common.batch  # the suite's parameters and batch

@@ -30,22 +30,22 @@ import numpy as np
 import pytest
 
 from cvae_rosetta.conformance import common, reference
+from cvae_rosetta.conformance.assertions import assert_close
 from cvae_rosetta.conformance.common import (
     CONFIG,
     MODEL,
     RTOL,
     B,
     as32,
-    assert_close,
     at_path,
     copy_to_host,
     spec_noise,
     spec_step,
     suite_batch,
     suite_params,
-    where_max,
 )
 from cvae_rosetta.conformance.hypotheses import explain_step, searched_step
+from cvae_rosetta.conformance.messages import where_max
 from cvae_rosetta.conformance.mistakes import LossInputs, step_noise_mistake
 from cvae_rosetta.spec.config import OptimConfig
 

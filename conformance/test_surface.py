@@ -12,12 +12,8 @@ from __future__ import annotations
 import jax
 
 from cvae_rosetta.conformance import common
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    assert_trees_close,
-    at_path,
-    copy_to_host,
-)
+from cvae_rosetta.conformance.assertions import assert_trees_close
+from cvae_rosetta.conformance.common import CONFIG, at_path, copy_to_host
 from cvae_rosetta.spec.protocol import MEMBERS
 
 params = common.params  # the suite's parameters

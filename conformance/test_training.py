@@ -21,14 +21,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from cvae_rosetta.conformance.common import (
-    CONFIG,
-    assert_close,
-    digits,
-    require,
-    suite_batch,
-    suite_params,
-)
+from cvae_rosetta.conformance.assertions import assert_close, require
+from cvae_rosetta.conformance.common import CONFIG, digits, suite_batch, suite_params
 from cvae_rosetta.spec.config import Config, ModelConfig
 from cvae_rosetta.spec.validation import Batch
 

@@ -17,8 +17,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from markdown_text import capitalized, table_row
-from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError, impl_label
+from markdown_text import capitalized
+from repository import DOCS, IMPLEMENTATIONS, ROOT, DocsError
+
+from cvae_rosetta.app.markdown import markdown_table
+from cvae_rosetta.bench.markdown import impl_label
 
 REPORT = DOCS / "data" / "conformance.json"  # the committed report; see docs/conformance.md
 REPORT_ENV = "CVAE_DOCS_CONFORMANCE_REPORT"  # another report instead, e.g. one just written
@@ -266,18 +269,18 @@ def conformance_matrix() -> str:
         f"From {source}, written {report.get('created', '?')} on {report.get('backend', '?')} "
         f"with jax {report.get('jax', '?')} and Python {report.get('python', '?')}: {versions}. "
         f"{len(checks)} checks, one a row; the last row counts each implementation's cases.",
-        "",
-        table_row(["check", *map(impl_label, impls)]),
-        "|---|" + ":---:|" * len(impls),
     ]
-    for name in sorted(checks):
-        lines.append(table_row([_check_name(name), *(_cell(checks[name].get(i)) for i in impls)]))
+    rows = [
+        [_check_name(name), *(_cell(checks[name].get(i)) for i in impls)] for name in sorted(checks)
+    ]
     summary = report.get("summary", {})
     totals = [
         ", ".join(f"{n} {k}" for k, n in sorted(summary.get(i, {}).items()) if n) or "-"
         for i in impls
     ]
-    lines.append(table_row(["**all**", *totals]))
+    rows.append(["**all**", *totals])
+    header = ["check", *map(impl_label, impls)]
+    lines += ["", markdown_table(header, rows, "l" + "c" * len(impls)).rstrip("\n")]
     drift = suite_drift(checks, reference_checks(report))
     if drift:
         lines += ["", drift]

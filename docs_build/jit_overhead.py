@@ -3,8 +3,10 @@ time against its own implementation's fast path, from the committed ``cvae bench
 
 from __future__ import annotations
 
-from markdown_text import table_row
-from repository import IMPLEMENTATIONS, ROOT, DocsError, impl_label, repo_path
+from repository import IMPLEMENTATIONS, ROOT, DocsError, repo_path
+
+from cvae_rosetta.app.markdown import markdown_table
+from cvae_rosetta.bench.markdown import impl_label
 
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_FILES = ("bench_cpu.json", "bench_gpu.json")  # the committed `cvae bench` results
@@ -57,29 +59,24 @@ def jit_overhead() -> str:
         f"{confidence:.0%}{' confidence' if n == 0 else ''} with the {backend}'s {rounds} rounds"
         for n, (backend, (confidence, rounds)) in enumerate(coverage.items())
     )
-    lines = [
+    intro = (
         "Time per call of each idiomatic path's step, from a Python loop that calls it, as a "
         "multiple of its own implementation's fast path's, timed in the same rounds (the median, "
         "and the interval over the paired rounds that holds it"
         + (f": {held}; " if held else ": ")
         + "an interval that holds 1.00x is noise), at the smallest and the largest batch "
-        f"measured; from {' and '.join(sources)}:",
-        "",
-        table_row(["idiomatic path", *columns]),
-        "|---|" + "---:|" * len(columns),
-    ]
+        f"measured; from {' and '.join(sources)}:"
+    )
+    body = []
     for impl, path in rows:
         first, _, rest = path.partition(" ")
         name = f"`{first}` {rest}".rstrip()
-        lines.append(
-            table_row(
-                [
-                    f"{impl_label(impl)}: {name}",
-                    *(cells[impl, path].get(c, "-") for c in range(len(columns))),
-                ]
-            )
+        cells_of = cells[impl, path]
+        body.append(
+            [f"{impl_label(impl)}: {name}", *(cells_of.get(c, "-") for c in range(len(columns)))]
         )
-    return "\n".join(lines) + "\n"
+    table = markdown_table(["idiomatic path", *columns], body, "l" + "r" * len(columns))
+    return f"{intro}\n\n{table}"
 
 
 def _ratio(entry: dict) -> str:

@@ -10,9 +10,10 @@ import re
 import tokenize
 from pathlib import Path
 
-from markdown_text import table_row
 from repository import BUILTIN, IMPLEMENTATIONS, ROOT, TOUR
 from sections import sections_of
+
+from cvae_rosetta.app.markdown import markdown_table
 
 
 def code_lines(source: str) -> set[int]:
@@ -114,14 +115,12 @@ def loc_table() -> str:
     def cell(own: int, shared: int) -> str:
         return f"{own} + {shared} shared" if shared else str(own)
 
-    rows = [table_row(["", *(label for label, _ in IMPLEMENTATIONS.values())])]
-    rows.append("|---|" + "---:|" * len(IMPLEMENTATIONS))
-    for i, (role, _) in enumerate(ROLES):
-        rows.append(table_row([role, *(cell(*roles[k][i]) for k in roles)]))
+    header = ["", *(label for label, _ in IMPLEMENTATIONS.values())]
+    rows = [[role, *(cell(*roles[k][i]) for k in roles)] for i, (role, _) in enumerate(ROLES)]
     total = [(sum(o for o, _ in roles[k]), sum(s for _, s in roles[k])) for k in roles]
-    rows.append(table_row(["**all**", *(f"**{cell(*t)}**" for t in total)]))
-    rows.append(table_row(["whole file (imports included)", *(counts[k]["file"] for k in counts)]))
-    return "\n".join(rows) + "\n"
+    rows.append(["**all**", *(f"**{cell(*t)}**" for t in total)])
+    rows.append(["whole file (imports included)", *(counts[k]["file"] for k in counts)])
+    return markdown_table(header, rows, "l" + "r" * len(IMPLEMENTATIONS))
 
 
 def tour_loc_table() -> str:
@@ -130,10 +129,8 @@ def tour_loc_table() -> str:
     some example has a section for."""
     counts = {name: section_counts(ROOT / "examples" / "tour" / f"{name}.py") for name in TOUR}
     keys = [k for k in IMPLEMENTATIONS if k in BUILTIN or any(k in c for c in counts.values())]
-    rows = [table_row(["tour example", *(IMPLEMENTATIONS[key][0] for key in keys)])]
-    rows.append("|---|" + "---:|" * len(keys))
-    for name in TOUR:
-        rows.append(
-            table_row([f"[{name}](tour/{name}.md)", *(counts[name].get(key, 0) for key in keys)])
-        )
-    return "\n".join(rows) + "\n"
+    header = ["tour example", *(IMPLEMENTATIONS[key][0] for key in keys)]
+    rows = [
+        [f"[{name}](tour/{name}.md)", *(counts[name].get(key, 0) for key in keys)] for name in TOUR
+    ]
+    return markdown_table(header, rows, "l" + "r" * len(keys))

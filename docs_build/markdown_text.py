@@ -1,6 +1,6 @@
 """The Markdown of the pages as the docs build reads and writes it: the text outside fenced code
-blocks, a code fence longer than what it holds, a page's title, a table's row, a sentence's
-capital."""
+blocks, a code fence longer than what it holds, a page's title, a sentence's capital (a table is
+:func:`cvae_rosetta.app.markdown.markdown_table`)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,6 @@ def fence_for(text: str) -> str:
 def page_title(path: Path) -> str:
     heading = re.search(r"^# (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
     return heading[1].strip() if heading else path.stem
-
-
-def table_row(cells) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def capitalized(text: str) -> str:

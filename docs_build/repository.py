@@ -57,6 +57,8 @@ def registered_implementations() -> tuple[dict[str, tuple[str, str]], set[str]]:
 
 # key: (tab label, source file); the order of the tabs and of every table's columns.
 IMPLEMENTATIONS, BUILTIN = registered_implementations()
+# the marked sections of every implementation's file, in their order: what the pages show of it
+# (the tests of the files' layout and of an implementation registered from outside read it here)
 SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
 TOUR = ["stateful_layers", "surgery", "scan_layers", "inspect_model", "variables"]
 
@@ -85,7 +87,3 @@ def in_repository(file: str) -> bool:
 def shown_name(file: str) -> str:
     """How a code block's title names ``file``: its path in the repository, else its name."""
     return file if in_repository(file) else Path(file).name
-
-
-def impl_label(key: str) -> str:
-    return IMPLEMENTATIONS[key][0] if key in IMPLEMENTATIONS else key

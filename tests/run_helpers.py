@@ -1,7 +1,7 @@
-"""Tiny runs to interrupt and resume, for the checkpoint tests (``test_checkpoint.py``) and the
-fault-injection suite (``test_faults.py``): ``benchmarks/tiny_runs.py``, which its larger sweep
-(``benchmarks/fault_report.py``) uses too, handed on; and :func:`benchmark_script`, a study script
-of ``benchmarks/`` loaded as a module, for the tests of its tables.
+"""Helpers of the tests that start processes (:func:`outputs`), and :func:`benchmark_script`, a
+study script of ``benchmarks/`` loaded as a module, for the tests of that script. The tiny runs to
+interrupt and resume that the checkpoint and fault tests share with the fault sweep are the
+package's (:mod:`cvae_rosetta.cli.tiny_runs`).
 """
 
 from __future__ import annotations
@@ -10,18 +10,14 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from tiny_runs import *  # noqa: F403  (re-exported to the tests)
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def benchmark_script(name: str):
     """``benchmarks/NAME.py`` loaded as a module of that name."""
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -22,7 +22,10 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from run_helpers import (
+
+from cvae_rosetta.app import checkpoint, resuming, trainstate
+from cvae_rosetta.app.run import Position, Progress, RunKeys
+from cvae_rosetta.cli.tiny_runs import (
     INSTALLED,
     TINY,
     TOTAL,
@@ -38,9 +41,6 @@ from run_helpers import (
     train,
     wait_for,
 )
-
-from cvae_rosetta.app import checkpoint, resuming, trainstate
-from cvae_rosetta.app.run import Position, Progress, RunKeys
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
 from cvae_rosetta.spec.errors import CheckpointError

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from cvae_rosetta.bench import evidence
-from cvae_rosetta.bench.decision import NEEDS, decision
-
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
 sys.path.insert(0, str(BENCHMARKS))
+sys.path.insert(0, str(ROOT / "docs_build"))  # the choosing page's decision and evidence
 import change_cost  # noqa: E402  (benchmarks/change_cost.py)
+import evidence  # noqa: E402  (docs_build/evidence.py)
+from decision import NEEDS, STYLE_MIND, decision  # noqa: E402  (docs_build/decision.py)
 
 STYLES = evidence.styles()
 
@@ -210,14 +210,10 @@ def test_a_row_without_its_record_says_so_and_keeps_its_default():
 
 
 def evidence_mind(impl: str) -> str:
-    from cvae_rosetta.bench.decision import STYLE_MIND
-
     return STYLE_MIND[impl]
 
 
 def test_every_need_chosen_by_evidence_has_a_mind_for_every_style():
-    from cvae_rosetta.bench.decision import STYLE_MIND
-
     assert set(STYLE_MIND) == set(STYLES) - set(evidence.EXISTING_CODE_ONLY)
     assert {kind for _, _, kind, _, _ in NEEDS} >= {"learn", "change", "versions"}
 

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from cvae_rosetta.app import distributed, train
+from cvae_rosetta.app import train
+from cvae_rosetta.app.cluster import membership
 from cvae_rosetta.cli import build_parser, main
 from cvae_rosetta.cli.flags import FLAGS
 from cvae_rosetta.cli.messages import FIELD_FLAGS, in_flags
@@ -361,9 +362,9 @@ def test_the_default_output_directory_is_the_applications():
 
 
 def test_no_cluster_without_distributed(capsys):
-    assert distributed.cluster_from(Config(), distributed=False) is None
-    with pytest.raises(distributed.ConfigError) as caught:
-        distributed.cluster_from(Config(), distributed=False, num_processes=2)
+    assert membership.cluster_from(Config(), distributed=False) is None
+    with pytest.raises(membership.ConfigError) as caught:
+        membership.cluster_from(Config(), distributed=False, num_processes=2)
     assert str(caught.value) == "num_processes: expected only with distributed=True, got 2"
     assert main(["train", "--coordinator", "h:1"]) == 2
     assert capsys.readouterr().err == (

@@ -18,12 +18,12 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from run_helpers import TINY, train
 
 import cvae_rosetta
 from cvae_rosetta import cli
 from cvae_rosetta.app import configfile
 from cvae_rosetta.cli.flags import CHOICES, FLAGS, resolve_config
+from cvae_rosetta.cli.tiny_runs import TINY, train
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError
 

@@ -14,9 +14,9 @@ import signal
 from pathlib import Path
 
 import pytest
-from run_helpers import kill, snapshot, start, wait_for
 
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import kill, snapshot, start, wait_for
 
 # The comparison of pure JAX and Flax Linen: run by the flax environment, which installs Flax.
 pytestmark = pytest.mark.needs_flax
@@ -29,13 +29,13 @@ TINY = [
 TIMINGS = ("steps_per_second", "compile_seconds")
 SLOWED = """
 import time
-from cvae_rosetta.app import rundir
-_write = rundir.MetricsLog.__call__
+from cvae_rosetta.app import metricslog
+_write = metricslog.MetricsLog.__call__
 def _slowed(self, record):
     _write(self, record)
     if self.path.parent.name == {name!r}:
         time.sleep(0.25)
-rundir.MetricsLog.__call__ = _slowed
+metricslog.MetricsLog.__call__ = _slowed
 """
 
 

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import TINY, train
 
 from cvae_rosetta import cli
 from cvae_rosetta.app import cache
+from cvae_rosetta.cli.tiny_runs import TINY, train
 from cvae_rosetta.spec.errors import ConfigError
 
 HOME = Path.home()

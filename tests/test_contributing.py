@@ -14,6 +14,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -165,3 +167,55 @@ def test_the_guard_finds_the_built_ins_by_name_or_by_label():
     assert names_every_builtin("a_b and c", keys, names)
     assert names_every_builtin("A B beside C", keys, names)
     assert not names_every_builtin("a_b beside C", keys, names)
+
+
+# --- the map of the modules ----------------------------------------------------------------------
+
+MAPPED = ("shared", "impls", "conformance", "docs_build", "benchmarks", "template")
+MAP_ENTRY = re.compile(r"^- `([\w/]+\.py)`: (\S.*)$")
+
+
+def module_map(text: str) -> list[str]:
+    """The modules the map of CONTRIBUTING.md lists, in its order; a bullet of the map that is not
+    one module and its idea on one line fails."""
+    section = text.split("\n## Map of the modules\n", 1)[1].split("\n## ", 1)[0]
+    listed = []
+    for line in section.splitlines():
+        if line.startswith("- "):
+            entry = MAP_ENTRY.match(line)
+            assert entry, f"CONTRIBUTING.md, the map: expected - `PATH.py`: its idea, got {line!r}"
+            listed.append(entry.group(1))
+    return listed
+
+
+def map_mismatch(listed: list[str], tree: set[str]) -> list[str]:
+    """What the map and the tree disagree on, each in a line."""
+    twice = sorted({m for m in listed if listed.count(m) > 1})
+    return [
+        *(f"{m}: a module the map does not list" for m in sorted(tree - set(listed))),
+        *(f"{m}: listed in the map, no such module" for m in sorted(set(listed) - tree)),
+        *(f"{m}: listed more than once" for m in twice),
+    ]
+
+
+def test_the_map_lists_every_module_once_and_nothing_else():
+    tree = {
+        str(path.relative_to(ROOT))
+        for folder in MAPPED
+        for path in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert len(tree) > 100
+    assert map_mismatch(module_map(TEXT), tree) == []
+
+
+def test_the_map_check_names_a_module_missing_a_line_without_module_and_a_repeat():
+    text = "# C\n\n## Map of the modules\n\n- `a/x.py`: one idea.\n- `a/y.py`: another.\n"
+    text += "- `a/y.py`: again.\n\n## Recipes\n\n- `a/z.py`: not the map.\n"
+    assert map_mismatch(module_map(text), {"a/x.py", "a/w.py"}) == [
+        "a/w.py: a module the map does not list",
+        "a/y.py: listed in the map, no such module",
+        "a/y.py: listed more than once",
+    ]
+    with pytest.raises(AssertionError, match="a/x.py"):
+        module_map("\n## Map of the modules\n\n- `a/x.py` without its idea\n")

@@ -12,7 +12,8 @@ import dataclasses
 import jax
 import pytest
 
-from cvae_rosetta.app import distributed
+from cvae_rosetta.app.cluster import membership
+from cvae_rosetta.app.devices import RunDevices
 from cvae_rosetta.cli import main
 from cvae_rosetta.conformance.common import CONFIG, make_batch
 from cvae_rosetta.impls import pure_jax
@@ -66,11 +67,13 @@ def test_per_device_mechanisms_need_the_gradient_half_of_the_step():
         ):
             parallel.check_mechanism(mechanism, no_grads)
     parallel.check_mechanism("sharded", no_grads)  # the partitioner needs nothing more
-    plan = parallel.Plan.create("sharded", 1)
-    state = plan.place_state(no_grads.init(jax.random.key(0), CONFIG))
+    run = RunDevices(parallel.Plan.create("sharded", 1))
+    state = run.place_state(no_grads.init(jax.random.key(0), CONFIG))
     batch = make_batch(jax.random.key(1), 4)
-    state, metrics = plan.make_step(no_grads)(state, batch, jax.random.key(2))
-    assert int(plan.local_state(state).step) == 1 and float(metrics["loss"]) > 0
+    state, metrics = run.plan.make_step(no_grads)(state, batch, jax.random.key(2))
+    assert int(run.local_state(state).step) == 1 and float(metrics["loss"]) > 0
+    with pytest.raises(ConfigError, match=r"train\.data_parallel: expected 'none' or 'sharded'"):
+        parallel.Plan.create("pmap", 1, no_grads)  # a plan for the implementation checks it
 
 
 @pytest.mark.parametrize(
@@ -158,11 +161,11 @@ def test_launch_refuses_what_it_cannot_start(capsys):
 
 def test_a_cluster_gives_each_process_one_device_unless_told():
     config = Config(train=TrainConfig(data_parallel="sharded"))
-    cluster = distributed.Cluster.create("127.0.0.1:1234", 4, 3, config, devices_given=False)
+    cluster = membership.Cluster.create("127.0.0.1:1234", 4, 3, config, devices_given=False)
     assert cluster.config.train.devices == 4 and cluster.process_id == 3
     given = Config(train=TrainConfig(data_parallel="shard_map", devices=8))
     assert (
-        distributed.Cluster.create(
+        membership.Cluster.create(
             "10.0.0.1:99", 2, 0, given, devices_given=True
         ).config.train.devices
         == 8

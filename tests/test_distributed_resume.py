@@ -10,7 +10,7 @@
 - The launcher prefixes every process's lines with ``[i]`` and drops gloo's connection chatter; a
   SIGTERM sent to the launcher is passed on to every process, which stop after the same step.
 
-The runs are the fault suite's tiny ones (``run_helpers.TINY``: 4 epochs of 8 steps) in two
+The runs are the fault suite's tiny ones (``tiny_runs.TINY``: 4 epochs of 8 steps) in two
 processes of one host device each; a save made slow by ``CVAE_CHECKPOINT_SLOW_SAVE`` holds process
 0 at a known step while a signal is sent. The tests that start processes are marked ``faults``
 (``tox -e faults``), the others run in ``unit``.
@@ -30,20 +30,20 @@ from pathlib import Path
 
 import jax
 import pytest
-from run_helpers import (
+from run_helpers import outputs
+
+from cvae_rosetta.app.cluster import launch, lost, membership
+from cvae_rosetta.cli import build_parser, main
+from cvae_rosetta.cli.tiny_runs import (
     TINY,
     WAIT,
     assert_same_run,
     committed,
-    outputs,
     process_of,
     start,
     tmp_of,
     wait_for,
 )
-
-from cvae_rosetta.app import distributed
-from cvae_rosetta.cli import build_parser, main
 from cvae_rosetta.spec.config import Config, TrainConfig
 
 TWO = ["--impl", "pure_jax", *TINY, "--data-parallel", "sharded", "--devices", "2"]
@@ -84,7 +84,7 @@ def reference(tmp_path_factory) -> Path:
     status, lines = ended(start(launch_args(*TWO, "--out", str(out)), out.parent, new_session=True))
     assert status == 0, lines
     assert_launcher_lines(lines)
-    assert json.loads((out / "config.json").read_text())[distributed.PROCESSES_KEY] == 2
+    assert json.loads((out / "config.json").read_text())[membership.PROCESSES_KEY] == 2
     return out
 
 
@@ -116,7 +116,7 @@ def test_a_two_process_run_stopped_by_sigterm_goes_on_as_two_processes_bit_for_b
         start(["train", "--resume", str(one), *GO_ON], tmp_path, new_session=True)
     )
     assert status == 0, lines
-    assert distributed.PROCESSES_KEY not in json.loads((one / "config.json").read_text())
+    assert membership.PROCESSES_KEY not in json.loads((one / "config.json").read_text())
     assert_same_run(one, reference)
 
     resumed = launch_args("--resume", str(out), *GO_ON)
@@ -125,7 +125,7 @@ def test_a_two_process_run_stopped_by_sigterm_goes_on_as_two_processes_bit_for_b
     assert_launcher_lines(lines)
     assert f"[0] pure_jax: resuming {out} at step 8 (the end of epoch 1)" in lines
     run = json.loads((out / "config.json").read_text())
-    assert run[distributed.PROCESSES_KEY] == 2 and [r["step"] for r in run["resumes"]] == [8]
+    assert run[membership.PROCESSES_KEY] == 2 and [r["step"] for r in run["resumes"]] == [8]
     assert_same_run(out, reference)
 
 
@@ -174,7 +174,7 @@ def test_a_process_waiting_for_its_peers_stops_at_once_in_one_line(tmp_path, sig
     that never comes (native code, where Python's handlers do not run): SIGTERM or SIGINT ends it
     within 10 s, one line, status 128 + the signal, nothing written."""
     out = tmp_path / "run"
-    port = distributed.free_port()
+    port = launch.free_port()
     args = ["train", *TWO, "--out", str(out), "--distributed", "--coordinator",
             f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0"]  # fmt: skip
     process = start(args, tmp_path, new_session=True)
@@ -224,7 +224,7 @@ def test_a_lost_process_stops_the_other_in_one_line_and_the_run_goes_on(
         f"cvae launch --num-processes 2 -- train --resume {out}"
     ), said
     assert lines[-1] == f"cvae launch: process {killed} of 2 was killed by SIGKILL", lines
-    assert seconds < distributed.LOST_GRACE  # the survivor ended on its own, not stopped
+    assert seconds < launch.LOST_GRACE  # the survivor ended on its own, not stopped
     assert committed(out) == [8]
 
     status, lines = ended(start(launch_args("--resume", str(out), *GO_ON), tmp_path,
@@ -283,13 +283,13 @@ GLOO_RESET = (
 
 
 def test_what_a_lost_process_raises_is_told_from_other_errors():
-    assert distributed.is_lost_peer(jax.errors.JaxRuntimeError(GLOO_RESET))
+    assert lost.is_lost_peer(jax.errors.JaxRuntimeError(GLOO_RESET))
     # the all-gather of Cluster.agree raises it as a ValueError with the runtime's status
     gather = "UNKNOWN: Gloo AllGather failed: [external/gloo/x.cc:547] Connection closed by peer"
-    assert distributed.is_lost_peer(ValueError(gather))
-    assert not distributed.is_lost_peer(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: memory"))
-    assert not distributed.is_lost_peer(ValueError("peer: expected a shape"))
-    assert not distributed.is_lost_peer(KeyError("connection"))
+    assert lost.is_lost_peer(ValueError(gather))
+    assert not lost.is_lost_peer(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: memory"))
+    assert not lost.is_lost_peer(ValueError("peer: expected a shape"))
+    assert not lost.is_lost_peer(KeyError("connection"))
 
 
 def test_the_lost_line_names_the_process_the_checkpoint_and_the_command(tmp_path, monkeypatch):
@@ -297,56 +297,56 @@ def test_the_lost_line_names_the_process_the_checkpoint_and_the_command(tmp_path
     for name in ("8", "16", "24.orbax-checkpoint-tmp-1"):  # a save in progress is no checkpoint
         (run / "checkpoints" / name).mkdir(parents=True)
     error = jax.errors.JaxRuntimeError(GLOO_RESET)
-    place = distributed.Place("127.0.0.1:1234", 2, 0)
-    monkeypatch.setenv(distributed.LAUNCHED_ENV, "1")
-    assert distributed.lost_message(place, error, run) == (
+    place = membership.Place("127.0.0.1:1234", 2, 0)
+    monkeypatch.setenv(membership.LAUNCHED_ENV, "1")
+    assert lost.lost_message(place, error, run) == (
         "lost process 1 of 2 (Gloo all-reduce failed: Read error [127.0.0.1]:37077: Connection "
         f"reset by peer); the last checkpoint, step 16, is in {run / 'checkpoints'}; go on with: "
         f"cvae launch --num-processes 2 -- train --resume {run}"
     )
-    monkeypatch.delenv(distributed.LAUNCHED_ENV)  # every host runs its own line
-    line = distributed.lost_message(distributed.Place("10.0.0.1:99", 3, 2), error, run)
+    monkeypatch.delenv(membership.LAUNCHED_ENV)  # every host runs its own line
+    line = lost.lost_message(membership.Place("10.0.0.1:99", 3, 2), error, run)
     assert line.startswith("lost one of the other 2 processes of 3 (Gloo all-reduce failed: ")
     assert line.endswith(
         f"go on with: cvae train --resume {run} --distributed --coordinator 10.0.0.1:99 "
         "--num-processes 3 --process-id I (on every host, each its own I)"
     )
-    assert distributed.lost_message(place, error, tmp_path / "new").endswith(
+    assert lost.lost_message(place, error, tmp_path / "new").endswith(
         "; the run stopped before its first checkpoint: start it again (with --overwrite)"
     )
 
 
 def test_a_lost_process_ends_this_one_with_one_line(tmp_path, monkeypatch, capsys):
     ends = []
-    monkeypatch.setattr(distributed, "_end_now", ends.append)
-    place = distributed.Place("127.0.0.1:1234", 2, 1)
+    monkeypatch.setattr(lost, "_end_now", ends.append)
+    place = membership.Place("127.0.0.1:1234", 2, 1)
     cleaned = []
-    with distributed.lost_peers(place, tmp_path):
+    with lost.lost_peers(place, tmp_path):
         try:
             raise jax.errors.JaxRuntimeError(GLOO_RESET)
         finally:
             cleaned.append(True)  # the block's clean-up runs first
-    assert cleaned and ends == [distributed.LOST_STATUS]
+    assert cleaned and ends == [lost.LOST_STATUS]
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("cvae: error: lost process 0 of 2 (Gloo all-"), err
-    with pytest.raises(ValueError, match="a bug"), distributed.lost_peers(place, tmp_path):
+    with pytest.raises(ValueError, match="a bug"), lost.lost_peers(place, tmp_path):
         raise ValueError("a bug")
-    with pytest.raises(jax.errors.JaxRuntimeError), distributed.lost_peers(None, tmp_path):
+    with pytest.raises(jax.errors.JaxRuntimeError), lost.lost_peers(None, tmp_path):
         raise jax.errors.JaxRuntimeError(GLOO_RESET)  # a run of one process: nothing to say
-    assert ends == [distributed.LOST_STATUS]
+    assert ends == [lost.LOST_STATUS]
 
 
 def test_the_launcher_drops_gloo_chatter_and_prefixes_each_process():
-    assert distributed.without_chatter(GLOO + "\n") is None
+    assert launch.without_chatter(GLOO + "\n") is None
     interleaved = "[Gloo] Rank 1 is connected to 3[Gloo] Rank 0 is connected to 3 peer ranks. "
     interleaved += "Expected number of connected peer ranks is : 3 peer ranks. Expected number of "
     interleaved += "connected peer ranks is : 3\n"
-    assert distributed.without_chatter(interleaved) is None
-    assert distributed.without_chatter(GLOO + "cvae: error: x\n") == "cvae: error: x\n"
-    assert distributed.without_chatter("step 5: loss 3\n") == "step 5: loss 3\n"
+    assert launch.without_chatter(interleaved) is None
+    assert launch.without_chatter(GLOO + "cvae: error: x\n") == "cvae: error: x\n"
+    assert launch.without_chatter("step 5: loss 3\n") == "step 5: loss 3\n"
     stream = io.StringIO(f"{GLOO}\nstep 1\n{GLOO}\ncvae: error: a\ncvae: error: a\n")
     sink = io.StringIO()
-    distributed._forward(stream, "[1] ", sink, distributed._Refusals(), lambda: False)
+    launch._forward(stream, "[1] ", sink, launch._Refusals(), lambda: False)
     assert sink.getvalue() == "[1] step 1\n[1] cvae: error: a\n"
 
 
@@ -362,16 +362,16 @@ def test_once_a_process_is_lost_the_launcher_shows_only_the_others_own_lines():
         "cvae: error: lost process 0 of 2 (...)\n"
     )
     sink = io.StringIO()
-    distributed._forward(io.StringIO(noticed), "[1] ", sink, distributed._Refusals(), lambda: True)
+    launch._forward(io.StringIO(noticed), "[1] ", sink, launch._Refusals(), lambda: True)
     assert sink.getvalue() == "[1] cvae: error: lost process 0 of 2 (...)\n"
     # the process noticed as the killed one's sockets closed, before that one could be seen dead
     dead_at = time.monotonic() + 0.2
     sink = io.StringIO()
     lost = lambda: time.monotonic() > dead_at
-    distributed._forward(io.StringIO(noticed), "[1] ", sink, distributed._Refusals(), lost)
+    launch._forward(io.StringIO(noticed), "[1] ", sink, launch._Refusals(), lost)
     assert sink.getvalue() == "[1] cvae: error: lost process 0 of 2 (...)\n"
     sink = io.StringIO()  # no process lost: the runtime's lines are shown
-    distributed._forward(io.StringIO(noticed), "[1] ", sink, distributed._Refusals(), bool)
+    launch._forward(io.StringIO(noticed), "[1] ", sink, launch._Refusals(), bool)
     assert sink.getvalue().count("[1] ") == 4
 
 

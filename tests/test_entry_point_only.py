@@ -22,7 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_BUILD = ROOT / "docs_build"  # the docs build: hooks.py and its modules
-SECTIONS = ["module", "init", "forward", "loss", "train_step", "fast_path", "paths", "adapter"]
+sys.path.insert(0, str(DOCS_BUILD))
+from repository import SECTIONS  # noqa: E402  (docs_build/repository.py: the sections the docs show)
+
 NAME, PACKAGE, LABEL = "mine", "mine_cvae", "Mine, on pure JAX"
 
 

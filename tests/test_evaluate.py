@@ -16,8 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae_rosetta.app import compare, data, evaluate
-from cvae_rosetta.app import rundir as run
+from cvae_rosetta.app import compare, data, evaluate, paramsfile, runlock
 from cvae_rosetta.app.run import RunKeys
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
@@ -290,7 +289,7 @@ def test_evaluate_writes_its_pictures(setup, tmp_path):
 def test_params_round_trip(setup, tmp_path):
     impl, state, _ = setup
     params = impl.to_canonical(state)
-    run.save_params(tmp_path / "params.npz", params)
+    paramsfile.save_params(tmp_path / "params.npz", params)
     with np.load(tmp_path / "params.npz", allow_pickle=False) as npz:
         assert sorted(npz.files) == [
             "decoder/0/bias",
@@ -302,7 +301,7 @@ def test_params_round_trip(setup, tmp_path):
             "latent/bias",
             "latent/kernel",
         ]
-    back = run.load_params(tmp_path / "params.npz")
+    back = paramsfile.load_params(tmp_path / "params.npz")
     assert jax.tree.structure(back) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, np.asarray(b))
@@ -430,7 +429,7 @@ def test_a_run_another_process_writes_is_refused_naming_that_process(trained, tm
     out = _copy_run(trained, tmp_path / "being_written")
     (out / "params.npz").unlink()
     before = (out / "evaluation.json").read_bytes()
-    with run.RunLock.acquire(out, command="train", field="out"):
+    with runlock.RunLock.acquire(out, command="train", field="out"):
         assert main(["evaluate", "--run", str(out)]) == 2
     line = capsys.readouterr().err
     assert line.startswith(

@@ -19,11 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from run_helpers import fast_outputs
 
-from cvae_rosetta.app import checkpoint, convert, inference, trainstate
-from cvae_rosetta.app import rundir as run
+from cvae_rosetta.app import checkpoint, convert, inference, paramsfile, trainstate
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import fast_outputs
 from cvae_rosetta.spec import protocol
 
 TINY = [
@@ -87,7 +86,7 @@ def test_convert_of_a_run_without_checkpoints_keeps_its_parameters(trained, tmp_
     out = tmp_path / "params.npz"
     assert cli("convert", "--run", str(bare), "--out", str(out)) == 0
     params = convert.load_npz(out)
-    expected = run.load_params(trained / "params.npz")
+    expected = paramsfile.load_params(trained / "params.npz")
     jax.tree.map(np.testing.assert_array_equal, params, expected)
 
 

@@ -12,12 +12,12 @@ signal) and end, bit for bit, where an uninterrupted run ends.
 - a truncated and a bit-flipped latest checkpoint.
 
 A signal or a fault is injected at a known point by a few lines of Python run before the CLI in
-the child process (``run_helpers.start(driver=...)``). ``tox -e faults`` runs this file (two forced
+the child process (``tiny_runs.start(driver=...)``). ``tox -e faults`` runs this file (two forced
 host devices, every framework installed) with the other tests marked ``faults`` (in
-``test_full_disk.py``, ``test_schedule.py``, ``test_schedulers.py`` and
-``test_distributed_resume.py``); what that environment costs is in docs/conformance.md, "What the
-whole check costs". ``benchmarks/fault_report.py`` runs a larger sweep and counts what it costs.
-The runs, signals and second writers both use are in ``run_helpers.py``.
+``test_full_disk.py``, ``test_learning_rate_schedule.py``, ``test_cluster_schedulers.py`` and
+``test_distributed_resume.py``); what that environment costs is in docs/conformance.md, "What
+the whole check costs". ``benchmarks/fault_report.py`` runs a larger sweep and counts what it costs.
+The runs, signals and second writers both use are in :mod:`cvae_rosetta.cli.tiny_runs`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from run_helpers import (
+from run_helpers import benchmark_script
+
+from cvae_rosetta.app import checkpoint, metricslog, rundir, signals
+from cvae_rosetta.cli.tiny_runs import (
     EVERY,
     INSTALLED,
     PHASES,
@@ -60,8 +63,6 @@ from run_helpers import (
     train,
     wait_for,
 )
-
-from cvae_rosetta.app import checkpoint, rundir, signals
 
 pytestmark = pytest.mark.faults
 
@@ -301,7 +302,7 @@ class _OverQuota:
 
 def _quota_at_record(step: int):
     """``MetricsLog.__init__`` whose file fails on the record of ``step``."""
-    real = rundir.MetricsLog.__init__
+    real = metricslog.MetricsLog.__init__
 
     def init(self, path):
         real(self, path)
@@ -327,7 +328,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_loses_at_most_a_checkpoint(
     if fault == "save":
         monkeypatch.setattr(checkpoint.Checkpoints, "save", _full_disk_at_save(3))
     else:
-        monkeypatch.setattr(rundir.MetricsLog, "__init__", _quota_at_record(8))
+        monkeypatch.setattr(metricslog.MetricsLog, "__init__", _quota_at_record(8))
     assert train(*fault_args("pure_jax", out)[1:]) == 74
     err = capsys.readouterr().err.strip()
     assert err == (
@@ -374,7 +375,7 @@ def test_the_suite_covers_another_framework():
 
 def test_the_fault_report_counts_a_second_line_or_a_traceback_as_not_survived(capsys):
     """Its rule, whatever the status: at most one line per process, no traceback."""
-    import fault_report
+    fault_report = benchmark_script("fault_report")
 
     def survived(stderr: str) -> bool:
         tried = fault_report.Tried("x", "one device", "sigterm", "an epoch")

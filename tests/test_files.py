@@ -227,9 +227,9 @@ def test_a_failed_block_raises_its_own_failure_though_a_close_fails_after_it():
 
 
 def test_the_metrics_log_names_its_file_when_its_close_fails_after_a_failed_write(tmp_path):
-    from cvae_rosetta.app import rundir
+    from cvae_rosetta.app import metricslog
 
-    log = rundir.MetricsLog(tmp_path / "metrics.jsonl")
+    log = metricslog.MetricsLog(tmp_path / "metrics.jsonl")
     real = log._file
 
     class Full:  # a full disk: the buffered record is written again at the close, and fails

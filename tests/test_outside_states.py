@@ -19,9 +19,17 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from run_helpers import TINY, TOTAL, assert_same_run, final_state, records, snapshot, train
 
 from cvae_rosetta.app import checkpoint, convert, trainstate
+from cvae_rosetta.cli.tiny_runs import (
+    TINY,
+    TOTAL,
+    assert_same_run,
+    final_state,
+    records,
+    snapshot,
+    train,
+)
 from cvae_rosetta.spec import protocol
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig
 

@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae_rosetta.app import charts, compare, images, resuming, rundir
+from cvae_rosetta.app import (
+    charts,
+    compare,
+    images,
+    metricslog,
+    resuming,
+    rundir,
+    runlock,
+    runpictures,
+)
 from cvae_rosetta.app import run as app_run
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec.errors import OutputError
@@ -236,7 +245,7 @@ def write_run(directory: Path, resumes: list[dict]) -> Path:
 
 def test_a_run_is_titled_with_every_implementation_that_trained_it(tmp_path):
     def title(resumes, current, last=88):
-        return rundir.run_title(write_run(tmp_path, resumes), current, [{"step": last}])
+        return runpictures.run_title(write_run(tmp_path, resumes), current, [{"step": last}])
 
     assert title([], "pure_jax") == "pure_jax"
     keras = {"step": 44, "impl": "keras", "from": "pure_jax"}
@@ -264,7 +273,7 @@ def test_a_resumed_run_draws_its_curves_under_both_names_and_leaves_no_lock(tmp_
         charts, "metric_panels", lambda *a, **k: (titles.append(k["title"]), draw(*a, **k))[1]
     )
     assert main(["train", "--resume", str(out), "--impl", "flax_linen", "--epochs", "2"]) == 0
-    steps = [r["step"] for r in rundir.read_metrics(out / rundir.METRICS_FILE)]
+    steps = [r["step"] for r in metricslog.read_metrics(out / rundir.METRICS_FILE)]
     half = max(steps) // 2
     assert titles == [
         f"pure_jax (steps 1-{half}), then flax_linen ({half + 1}-{max(steps)}) on synthetic"
@@ -277,15 +286,15 @@ def test_a_resumed_run_draws_its_curves_under_both_names_and_leaves_no_lock(tmp_
 
 def test_the_lock_file_is_removed_when_its_run_ends_however_it_ends(tmp_path):
     path = tmp_path / rundir.LOCK_FILE
-    with rundir.RunLock.acquire(tmp_path, command="train", field="out"):
+    with runlock.RunLock.acquire(tmp_path, command="train", field="out"):
         assert json.loads(path.read_text())["pid"] == os.getpid()
     assert not path.exists()
-    with pytest.raises(OutputError), rundir.RunLock.acquire(tmp_path, command="t", field="out"):
+    with pytest.raises(OutputError), runlock.RunLock.acquire(tmp_path, command="t", field="out"):
         raise OutputError("refused under the lock")
     assert not path.exists()
-    with rundir.RunLock.acquire(tmp_path, command="train", field="out"):
+    with runlock.RunLock.acquire(tmp_path, command="train", field="out"):
         with pytest.raises(OutputError, match="held by pid"):  # refused: the holder's file stays
-            rundir.RunLock.acquire(tmp_path, command="train --resume", field="resume")
+            runlock.RunLock.acquire(tmp_path, command="train --resume", field="resume")
         assert json.loads(path.read_text())["command"] == "train"
     assert not path.exists()
 
@@ -294,7 +303,7 @@ def test_a_lock_file_released_between_open_and_lock_is_opened_again(tmp_path, mo
     """Removing the file on release is safe only if a process that opened it just before it was
     removed does not then lock the removed file: it must lock the one the path names."""
     path = tmp_path / rundir.LOCK_FILE
-    real = rundir.RunLock._lock
+    real = runlock.RunLock._lock
     calls = []
 
     def released_meanwhile(descriptor):
@@ -303,8 +312,8 @@ def test_a_lock_file_released_between_open_and_lock_is_opened_again(tmp_path, mo
             path.unlink()  # the holder released it after this process opened it
         return real(descriptor)
 
-    monkeypatch.setattr(rundir.RunLock, "_lock", staticmethod(released_meanwhile))
-    lock = rundir.RunLock.acquire(tmp_path, command="train", field="out")
+    monkeypatch.setattr(runlock.RunLock, "_lock", staticmethod(released_meanwhile))
+    lock = runlock.RunLock.acquire(tmp_path, command="train", field="out")
     try:
         assert len(calls) == 2
         assert json.loads(path.read_text())["pid"] == os.getpid()  # the file the path names
@@ -381,7 +390,7 @@ def rows(**diffs: float) -> list[dict]:
 def test_the_compare_table_explains_a_max_dparam_above_zero():
     same = rows(flax_linen=0.0, haiku=0.0)
     assert compare.dparam_note(same) is None
-    assert compare.text_table(same) == rundir.summary_table(same, compare.COLUMNS)
+    assert compare.text_table(same) == compare.summary_table(same, compare.COLUMNS)
     assert compare.summary_markdown(same) == compare.markdown_table(same) + "\n"
 
     drifted = rows(flax_linen=0.0, equinox=0.9, keras=0.8)

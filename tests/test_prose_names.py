@@ -3,7 +3,7 @@
 Three kinds of sentences describe the implementation files in words: the compare page's contrast
 lines (``docs/data/contrasts.toml``, a phrase per style and section), the topic pages' differences
 blocks (a bullet per style, per section of the files) and the "mind" cell of each row of the
-choosing page's decision table (``cvae_rosetta.bench.decision.NEEDS``). Every dotted name in code
+choosing page's decision table (``NEEDS`` of ``docs_build/decision.py``). Every dotted name in code
 font there that starts with a framework (``jax``, ``flax``, ``haiku``, ``equinox``, ``keras``,
 ``optax``, ``jmp``, or the name a file imports one as: ``nnx``, ``hk``, ``eqx``, ...) must be a
 name the implementation it describes uses in its code (its imports resolved), or one the shared
@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from cvae_rosetta.bench.decision import NEEDS
-
 pytestmark = pytest.mark.cross
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs_build"))
 
 from compare_page import OPENING, contrasts  # noqa: E402  (the modules of docs_build/)
+from decision import NEEDS  # noqa: E402
 from differences import section_differences  # noqa: E402
 from repository import IMPLEMENTATIONS, SECTIONS  # noqa: E402
 

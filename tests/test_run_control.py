@@ -4,7 +4,7 @@ finished run where its step limit falls, and that a resume extends bit for bit),
 words of the run's lines (singular and plural, a resume with nothing left, a stop that names the
 epoch ``metrics.jsonl`` ends at, a full disk's hint that names what works).
 
-The runs are ``run_helpers``' tiny ones (synthetic data, 8 steps per epoch), from Python and through
+The runs are ``tiny_runs``' tiny ones (synthetic data, 8 steps per epoch), from Python and through
 ``cvae``.
 """
 
@@ -22,27 +22,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import (
-    TINY,
-    TOTAL,
-    assert_same_run,
-    fast_outputs,
-    records,
-    snapshot,
-)
-from run_helpers import train as cvae_train
 
 from cvae_rosetta import files
-from cvae_rosetta.app import checkpoint, rundir, train, trainer
+from cvae_rosetta.app import checkpoint, metricslog, rundir, train, trainer
 from cvae_rosetta.app.run import Position
 from cvae_rosetta.app.train import Options, resume, train_and_evaluate
 from cvae_rosetta.bench.timing import ProgressBar
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import TINY, TOTAL, assert_same_run, fast_outputs, records, snapshot
+from cvae_rosetta.cli.tiny_runs import train as cvae_train
 from cvae_rosetta.spec.config import Config, DataConfig, ModelConfig, TrainConfig
 from cvae_rosetta.spec.errors import ConfigError
 
 STEPS = 8  # per epoch: 512 synthetic examples, batch 64
-CONFIG = Config(  # run_helpers.TINY as a Config: 4 epochs, TOTAL steps
+CONFIG = Config(  # tiny_runs.TINY as a Config: 4 epochs, TOTAL steps
     data=DataConfig(name="synthetic", batch_size=64),
     model=ModelConfig(latent_dim=2, encoder_dims=(8,), decoder_dims=(8,)),
     train=TrainConfig(epochs=4),
@@ -465,7 +458,7 @@ def test_a_full_disk_before_any_checkpoint_names_overwrite_which_then_works(
 ):
     """Before this change the hint said to "start the run again": the same command is refused
     (--out is not empty) and --resume finds no checkpoint. --overwrite is what works."""
-    real = rundir.MetricsLog.__init__
+    real = metricslog.MetricsLog.__init__
 
     def init(self, path):
         real(self, path)
@@ -473,7 +466,7 @@ def test_a_full_disk_before_any_checkpoint_names_overwrite_which_then_works(
 
     out = tmp_path / "run"
     command = [*TINY, "--checkpoint-every", "0", "--out", str(out)]
-    monkeypatch.setattr(rundir.MetricsLog, "__init__", init)
+    monkeypatch.setattr(metricslog.MetricsLog, "__init__", init)
     assert cvae_train(*command) == 74
     err = capsys.readouterr().err.strip()
     assert err == (

@@ -1,7 +1,7 @@
 """What keeps a run safe, piece by piece (the whole runs are in ``test_faults.py``): when a
 checkpoint is due (:class:`~cvae_rosetta.app.signals.Cadence`, ``--checkpoint-every-seconds``),
 how a signal is taken (:class:`~cvae_rosetta.app.signals.GracefulStop`), the one writer of a
-run directory (:class:`~cvae_rosetta.app.rundir.RunLock`) and a write the disk refuses
+run directory (:class:`~cvae_rosetta.app.runlock.RunLock`) and a write the disk refuses
 (:mod:`cvae_rosetta.files`)."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import subprocess
 import sys
 
 import pytest
-from run_helpers import TINY, committed, train
 
 from cvae_rosetta import files
-from cvae_rosetta.app import run, rundir
+from cvae_rosetta.app import optionchecks, rundir, runlock
 from cvae_rosetta.app.signals import AGREE_EVERY, Cadence, GracefulStop, Stopped
 from cvae_rosetta.app.train import Options, train_and_evaluate
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import TINY, committed, train
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, OutputError
 
@@ -137,23 +137,23 @@ def holder(path) -> dict:
 
 
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
-    with rundir.RunLock.acquire(tmp_path, command="train", field="out"):
+    with runlock.RunLock.acquire(tmp_path, command="train", field="out"):
         record = holder(tmp_path)
         assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
         with pytest.raises(OutputError) as caught:
-            rundir.RunLock.acquire(tmp_path, command="train --resume", field="resume")
+            runlock.RunLock.acquire(tmp_path, command="train --resume", field="resume")
     assert str(caught.value) == (
         f"resume: expected a run directory no other process is writing, got {tmp_path}, held by "
         f"pid {os.getpid()} on {socket.gethostname()} since {record['since']} (train)"
     )
     assert not (tmp_path / rundir.LOCK_FILE).exists()  # released: the file is gone
-    rundir.RunLock.acquire(tmp_path, command="evaluate", field="run_dir").release()
+    runlock.RunLock.acquire(tmp_path, command="evaluate", field="run_dir").release()
 
 
 def test_another_process_holding_the_lock_refuses_this_one(tmp_path):
     code = (
-        "import sys, pathlib; from cvae_rosetta.app import rundir; "
-        "lock = rundir.RunLock.acquire(pathlib.Path(sys.argv[1]), command='train', field='out'); "
+        "import sys, pathlib; from cvae_rosetta.app import runlock; "
+        "lock = runlock.RunLock.acquire(pathlib.Path(sys.argv[1]), command='train', field='out'); "
         "print('held', flush=True); sys.stdin.read()"
     )
     other = subprocess.Popen(
@@ -166,10 +166,10 @@ def test_another_process_holding_the_lock_refuses_this_one(tmp_path):
     try:
         assert other.stdout.readline() == "held\n"
         with pytest.raises(OutputError, match=f"held by pid {other.pid} on "):
-            rundir.RunLock.acquire(tmp_path, command="train", field="out")
+            runlock.RunLock.acquire(tmp_path, command="train", field="out")
     finally:
         other.communicate("")  # it ends, and the kernel drops its lock
-    rundir.RunLock.acquire(tmp_path, command="train", field="out").release()
+    runlock.RunLock.acquire(tmp_path, command="train", field="out").release()
 
 
 def test_the_lock_of_a_dead_process_is_taken_over_saying_so(tmp_path, capsys):
@@ -178,7 +178,7 @@ def test_the_lock_of_a_dead_process_is_taken_over_saying_so(tmp_path, capsys):
     dead = int(gone.stdout)
     record = {"pid": dead, "host": socket.gethostname(), "since": "then", "command": "train"}
     (tmp_path / rundir.LOCK_FILE).write_text(json.dumps(record))
-    with rundir.RunLock.acquire(tmp_path, command="train --resume", field="resume"):
+    with runlock.RunLock.acquire(tmp_path, command="train --resume", field="resume"):
         assert holder(tmp_path)["pid"] == os.getpid()
     err = capsys.readouterr().err
     assert f"took over {tmp_path / rundir.LOCK_FILE} from pid {dead} on " in err
@@ -188,7 +188,7 @@ def test_the_lock_of_a_dead_process_is_taken_over_saying_so(tmp_path, capsys):
 def test_a_run_holds_its_directory_and_a_resume_is_refused_meanwhile(tmp_path, capsys):
     out = tmp_path / "run"
     assert train(*TINY, "--epochs", "1", "--checkpoint-every", "4", "--out", str(out)) == 0
-    with rundir.RunLock.acquire(out, command="train", field="out"):
+    with runlock.RunLock.acquire(out, command="train", field="out"):
         assert train("--resume", str(out), "--epochs", "2") == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0, err
@@ -292,4 +292,4 @@ def test_a_long_time_cadence_leaves_the_step_cadence(tmp_path):
 
 
 def test_the_checkpoint_module_checks_the_cadence_options():
-    assert run.check_options(5, 2, 30) == (5, 2, 30.0)
+    assert optionchecks.check_options(5, 2, 30) == (5, 2, 30.0)

@@ -21,9 +21,9 @@ import numpy as np
 import optax
 import pytest
 from PIL import Image
-from run_helpers import INSTALLED, TINY, TOTAL, train
 
 from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import INSTALLED, TINY, TOTAL, train
 
 STEP_TAGS = ("train/loss", "train/recon", "train/kl", "train/learning_rate", "train/grad_norm")
 # each implementation where its framework is installed (tox: flax_nnx, equinox, keras, cross)

@@ -1,7 +1,7 @@
 r"""Broken implementations whose causes the suite finds by its search of hypotheses.
 
 Each is the reference with a mistake from a family of ``cvae_rosetta.conformance.hypotheses`` (or,
-for the loss, a factor of :func:`cvae_rosetta.conformance.common.explain_ratio`'s products): one
+for the loss, a factor of :func:`cvae_rosetta.conformance.messages.explain_ratio`'s products): one
 for each way of a part that no entry of ``broken`` covers, and one with two departures in the same
 part or layer (per-variable clipping after Adam; the KL without its 0.5 and averaged; tanh with
 the label first), which the diagnosis must name together. Registered like ``broken``'s, after

@@ -17,12 +17,9 @@ import pytest
 from cvae_rosetta.conformance import reference
 from cvae_rosetta.conformance.common import (
     MODEL,
-    Axis,
     B,
-    Hints,
     as32,
     copy_to_host,
-    explain_ratio,
     spec_noise,
     spec_step,
     suite_batch,
@@ -36,6 +33,7 @@ from cvae_rosetta.conformance.hypotheses import (
     optimiser_parts,
     search_step,
 )
+from cvae_rosetta.conformance.messages import Axis, Hints, explain_ratio
 from cvae_rosetta.conformance.mistakes import KL_NOTES, beta_notes, matches
 from cvae_rosetta.spec.config import OptimConfig
 

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta import files
+from cvae_rosetta.app.paramsfile import flatten, unflatten_params
 from cvae_rosetta.app.run import DEFAULT_KEEP, Position, Progress, RunKeys
 from cvae_rosetta.app.trainstate import canonical_state, check_state_tree
 from cvae_rosetta.spec.config import Config
@@ -65,24 +66,9 @@ SLOW_SAVE_ENV = "CVAE_CHECKPOINT_SLOW_SAVE"
 # --- flat names, checksums ------------------------------------------------------------------------
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
-    """``{"params/encoder/0/kernel": array, "opt_state/count": array, ...}`` of dicts and lists."""
-    flat: dict[str, np.ndarray] = {}
-    if isinstance(tree, dict):
-        for key in sorted(tree):
-            flat.update(flatten(tree[key], f"{prefix}{key}/"))
-    elif isinstance(tree, (list, tuple)):
-        for i, value in enumerate(tree):
-            flat.update(flatten(value, f"{prefix}{i}/"))
-    else:
-        flat[prefix.rstrip("/")] = np.asarray(tree)
-    return flat
-
-
 def unflatten(flat: dict[str, np.ndarray], *, source: str) -> dict[str, Any]:
-    """The train-state tree (and ``run_keys``) from :func:`flatten`'s names."""
-    from cvae_rosetta.app import rundir as run
-
+    """The train-state tree (and ``run_keys``) from the names of
+    :func:`~cvae_rosetta.app.paramsfile.flatten`."""
     groups: dict[str, dict[str, np.ndarray]] = {"params": {}, "mu": {}, "nu": {}}
     tree: dict[str, Any] = {"opt_state": {}}
     for name, value in flat.items():
@@ -99,9 +85,9 @@ def unflatten(flat: dict[str, np.ndarray], *, source: str) -> dict[str, Any]:
         else:
             raise CheckpointError(f"{source}: unexpected array {name!r}")
     try:
-        tree["params"] = run.unflatten_params(groups["params"], source=f"{source}: params")
+        tree["params"] = unflatten_params(groups["params"], source=f"{source}: params")
         for moment in ("mu", "nu"):
-            tree["opt_state"][moment] = run.unflatten_params(
+            tree["opt_state"][moment] = unflatten_params(
                 groups[moment], source=f"{source}: opt_state/{moment}"
             )
     except ParameterError as err:

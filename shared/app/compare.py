@@ -35,28 +35,27 @@ from cvae_rosetta.app import (
     evaluate,
     frameworks,
     images,
+    markdown,
     resuming,
     rundir,
     signals,
     trainstate,
 )
 from cvae_rosetta.app.data import Dataset
+from cvae_rosetta.app.metricslog import curves_of, read_metrics
+from cvae_rosetta.app.optionchecks import check_iw_samples
+from cvae_rosetta.app.paramsfile import flatten_params, load_params, save_params
 from cvae_rosetta.app.run import (
     DEFAULT_IW_SAMPLES,
     Job,
     Options,
     Outcome,
     RunKeys,
-    check_iw_samples,
 )
-from cvae_rosetta.app.rundir import (
-    curves_of,
-    save_config,
-    save_params,
-    summary_table,
-    write_pictures,
-)
+from cvae_rosetta.app.rundir import save_config
+from cvae_rosetta.app.runlock import RunLock
 from cvae_rosetta.app.runner import Into, train_into
+from cvae_rosetta.app.runpictures import write_pictures
 from cvae_rosetta.spec import canonical, protocol
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import CheckpointError, ConfigError
@@ -202,7 +201,7 @@ def resume(
     for name in [*names, REFERENCE]:
         frameworks.load(name)
     iw_samples = record.get("iw_samples", DEFAULT_IW_SAMPLES)
-    lock = rundir.RunLock.acquire(out, command="compare --resume", field="resume")
+    lock = RunLock.acquire(out, command="compare --resume", field="resume")
     with lock, signals.GracefulStop() as stop:
         start_devices(config)
         config, dataset = fit_to_data(config)
@@ -364,14 +363,14 @@ def _finish_one(
         row["active"] += " collapsed" if row["posterior_collapse"] else ""
     files.write_json(run_dir / ROW_FILE, row)
     outcome.summary, outcome.evaluation = row, report
-    outcome.params = rundir.flatten_params(params)
+    outcome.params = flatten_params(params)
 
 
 def finished_outcome(run_dir: Path, name: str, config: Config, dataset: Dataset) -> Outcome:
     """An implementation a stopped comparison finished, as its folder holds it."""
     row = json.loads((run_dir / ROW_FILE).read_text())
-    records = rundir.read_metrics(run_dir / "metrics.jsonl")
-    params = rundir.flatten_params(rundir.load_params(run_dir / evaluate.PARAMS_FILE))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    params = flatten_params(load_params(run_dir / evaluate.PARAMS_FILE))
     return Outcome(run_dir, name, dataset.name, config, None, row, records=records, params=params)
 
 
@@ -420,22 +419,38 @@ def _cell(text: str) -> str:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    header = "| " + " | ".join(_cell(h) for _, h, _ in COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    """The summary's rows as a Markdown table, :data:`COLUMNS` its columns, every cell escaped;
+    no newline after its last row."""
+    header = [_cell(h) for _, h, _ in COLUMNS]
     body = [
-        "| "
-        + " | ".join(
-            _cell(fmt.format(r[k]) if r.get(k) is not None else "-") for k, _, fmt in COLUMNS
-        )
-        + " |"
+        [_cell(fmt.format(r[k]) if r.get(k) is not None else "-") for k, _, fmt in COLUMNS]
         for r in rows
     ]
-    return "\n".join([header, rule, *body])
+    return markdown.markdown_table(header, body).rstrip("\n")
 
 
 def summary_markdown(rows: list[dict[str, Any]]) -> str:
     """``summary.md``: the Markdown table, and the :func:`notes` under it."""
     return markdown_table(rows) + "".join(f"\n\n{note}" for note in notes(rows)) + "\n"
+
+
+def summary_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """A plain-text table: ``columns`` are ``(key, header, format)``."""
+    cells = [[header for _, header, _ in columns]]
+    for row in rows:
+        cells.append(
+            [(fmt.format(row[key]) if row.get(key) is not None else "-") for key, _, fmt in columns]
+        )
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def text_table(rows: list[dict[str, Any]]) -> str:

@@ -20,11 +20,11 @@ from cvae_rosetta.app.checkpoint import (
     VERSION,
     Checkpoint,
     array_digest,
-    flatten,
     from_parts,
     has_checkpoints,
     latest_of_run,
 )
+from cvae_rosetta.app.paramsfile import flatten, flatten_params, load_params, unflatten_params
 from cvae_rosetta.app.resuming import read_run
 from cvae_rosetta.spec import canonical
 from cvae_rosetta.spec.config import Config
@@ -60,8 +60,6 @@ def convert(
 ) -> tuple[Path, dict[str, Any]]:
     """``cvae convert``: a run's checkpoint (or, without any, its ``params.npz``) as one canonical
     NPZ at ``out``; returns the path and its metadata."""
-    from cvae_rosetta.app import rundir as run
-
     out = check_out_file(out, suffixes=(".npz",), overwrite=overwrite)
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
         raise ConfigError(f"step: expected an integer >= 0, got {step!r}")
@@ -81,9 +79,9 @@ def convert(
             raise CheckpointError(
                 f"run_dir: expected checkpoints or params.npz in {path}, got neither"
             )
-        params = run.load_params(params_file)
+        params = load_params(params_file)
         canonical.check(params, config.model, field=str(params_file))
-        flat = {f"params/{k}": v for k, v in run.flatten_params(params).items()}
+        flat = {f"params/{k}": v for k, v in flatten_params(params).items()}
         meta = {
             "format": FORMAT,
             "version": VERSION,
@@ -103,9 +101,7 @@ def load_npz(path: Any) -> Checkpoint | dict[str, Any]:
     path = Path(path)
     flat, meta = read_npz(path)
     if isinstance(meta, dict) and meta.get("params_only"):
-        from cvae_rosetta.app import rundir as run
-
-        params = run.unflatten_params(
+        params = unflatten_params(
             {k.removeprefix("params/"): v for k, v in flat.items()}, source=str(path)
         )
         canonical.check(params, Config.from_dict(meta["config"]).model, field=str(path))

@@ -35,9 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta import files
-from cvae_rosetta.app import charts, data, images, rundir
+from cvae_rosetta.app import charts, data, images, paramsfile, rundir, runlock
 from cvae_rosetta.app.data import Dataset, Split
-from cvae_rosetta.app.run import DEFAULT_IW_SAMPLES, RunKeys, check_iw_samples
+from cvae_rosetta.app.optionchecks import check_iw_samples
+from cvae_rosetta.app.run import DEFAULT_IW_SAMPLES, RunKeys
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, OutputError, ParameterError
 
@@ -627,7 +628,7 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
             "it does not"
         )
     for r in runs:
-        rundir.refuse_if_held(r.directory, field="run_dir")  # a run being trained: say by whom
+        runlock.refuse_if_held(r.directory, field="run_dir")  # a run being trained: say by whom
         if not (r.directory / PARAMS_FILE).is_file():
             raise OutputError(
                 f"run_dir: expected the trained parameters {r.directory / PARAMS_FILE} "
@@ -645,13 +646,12 @@ def find_runs(path: str | Path) -> list[RunToEvaluate]:
 def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> list[dict[str, Any]]:
     """``cvae evaluate --run``: check everything, then evaluate and write ``evaluation.json``."""
     from cvae_rosetta.app import frameworks
-    from cvae_rosetta.app import rundir as run
 
     k = check_iw_samples(iw_samples)
     runs = find_runs(path)
     config = runs[0].config
     impls = {r.impl_name: frameworks.load(r.impl_name) for r in runs}
-    params = {r.impl_name: run.load_params(r.directory / PARAMS_FILE) for r in runs}
+    params = {r.impl_name: paramsfile.load_params(r.directory / PARAMS_FILE) for r in runs}
     dataset = data.load(config.data)
     for name, actual in (
         ("input_dim", dataset.input_dim),
@@ -673,7 +673,7 @@ def evaluate_run(path: str | Path, *, iw_samples: Any = DEFAULT_IW_SAMPLES) -> l
     results = []
     for r in runs:
         impl = impls[r.impl_name]
-        with run.RunLock.acquire(r.directory, command="evaluate", field="run_dir"):
+        with runlock.RunLock.acquire(r.directory, command="evaluate", field="run_dir"):
             result = evaluate(
                 impl,
                 states[r.impl_name],

@@ -50,8 +50,7 @@ def image_shape_of(config: Config) -> tuple[int, int]:
 
 def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
     """The run's parameters in ``impl_name`` (default: the implementation the run names)."""
-    from cvae_rosetta.app import checkpoint, frameworks, resuming
-    from cvae_rosetta.app import rundir as run
+    from cvae_rosetta.app import checkpoint, frameworks, paramsfile, resuming
 
     path, data, config = resuming.read_run(run_dir)
     impl = frameworks.load(impl_name or data["impl"])
@@ -66,7 +65,7 @@ def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
                 f"run_dir: expected checkpoints or params.npz in {path} (cvae train writes them), "
                 "got neither"
             )
-        params, step, source = run.load_params(params_file), None, str(params_file)
+        params, step, source = paramsfile.load_params(params_file), None, str(params_file)
     try:
         canonical.check(params, config.model, field=source)
         state = impl.from_canonical(params, config)

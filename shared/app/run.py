@@ -7,7 +7,8 @@ that needs one), so the CLI builds its parser, defaults included, before JAX sta
   where it stands), :class:`Control` (when to checkpoint, stop, evaluate, trace and report) and
   :class:`Callbacks` (what hears of each record, checkpoint and epoch), the three objects
   :func:`cvae_rosetta.app.trainer.train` takes; :class:`Options`, how a whole run is carried out,
-  as ``cvae train``'s flags set it.
+  as ``cvae train``'s flags set it, each field checked by :mod:`cvae_rosetta.app.optionchecks`
+  (the steps it traces: :class:`cvae_rosetta.app.profiling.ProfileSteps`).
 - Where a run stands: :class:`Position`, :class:`Progress` and the run's keys, :class:`RunKeys`.
 - What it did: :class:`TrainResult` (the training loop's) and :class:`Outcome` (a whole run's, in
   its directory).
@@ -15,18 +16,22 @@ that needs one), so the CLI builds its parser, defaults included, before JAX sta
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import math
-import numbers
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cvae_rosetta.app.optionchecks import (
+    check_debug_nans,
+    check_iw_samples,
+    check_options,
+    check_run_control,
+)
+from cvae_rosetta.app.profiling import ProfileSteps
 from cvae_rosetta.spec.config import Config
-from cvae_rosetta.spec.errors import ConfigError, field_error
+from cvae_rosetta.spec.errors import ConfigError
 
 if TYPE_CHECKING:
     import jax
@@ -37,7 +42,6 @@ Record = dict[str, Any]
 DEFAULT_EVERY = 1000  # steps between checkpoints (and one at the end)
 DEFAULT_KEEP = 3  # checkpoints kept
 DEFAULT_IW_SAMPLES = 64  # posterior samples per test example of the importance-weighted bound
-MAX_IW_SAMPLES = 4096
 PROFILE_DIR = "profile"  # the jax.profiler trace of Options.profile_steps, in the run directory
 TB_DIR = "tb"  # the TensorBoard event files (cvae_rosetta.app.tensorboard), in the run directory
 
@@ -97,119 +101,6 @@ class Progress:
 
 
 # --- what a run is asked to do --------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileSteps:
-    """Steps ``first`` to ``last`` (counted from 1 as in ``metrics.jsonl``, both included) traced
-    with ``jax.profiler`` into ``directory`` (``plugins/profile/<time>/*.xplane.pb`` for
-    TensorBoard's profile plugin, and ``perfetto_trace.json.gz`` for https://ui.perfetto.dev).
-    The device is drained before the first and after the last, so the trace holds exactly them."""
-
-    first: int
-    last: int
-    directory: Path
-
-    @classmethod
-    def parse(cls, value: Any, directory: Path) -> ProfileSteps | None:
-        """``"A:B"`` (or ``(A, B)``) as steps ``A..B``; ``None`` for none; refuses anything else
-        with the ``profile_steps`` field named."""
-        if value is None:
-            return None
-        text = ":".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
-        first, sep, last = text.partition(":")
-        if sep and first.strip().isdigit() and last.strip().isdigit():
-            a, b = int(first), int(last)
-            if 1 <= a <= b:
-                return cls(a, b, Path(directory))
-        raise ConfigError(
-            "profile_steps: expected FIRST:LAST, whole steps with 1 <= FIRST <= LAST (counted "
-            f"from 1 as in metrics.jsonl, both traced), got {text!r}"
-        )
-
-    def check(self, done: int, total: int) -> None:
-        """Refuse steps outside those the run will take: ``done + 1 .. total``."""
-        if not (done < self.first and self.last <= total):
-            what = "the run's steps" if done == 0 else f"the {total - done} steps the run has left"
-            raise ConfigError(
-                f"profile_steps: expected steps within {done + 1}:{total} ({what}), got "
-                f"'{self.first}:{self.last}'"
-            )
-
-    @contextlib.contextmanager
-    def around(self, step: int, state: Any) -> Iterator[bool]:
-        """Inside the block step ``step`` (counted from 1) is dispatched; it starts the trace
-        before the first step and yields whether the step is traced."""
-        import jax
-
-        if step == self.first:
-            jax.block_until_ready(state)
-            self.directory.mkdir(parents=True, exist_ok=True)
-            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-        if not self.first <= step <= self.last:
-            yield False
-            return
-        with jax.profiler.StepTraceAnnotation("train", step_num=step):
-            yield True
-
-    def stop(self, state: Any = None) -> None:
-        """End the trace, after draining the device of ``state``'s computations (none: a run that
-        stops early keeps what was traced so far)."""
-        import jax
-
-        if state is not None:
-            jax.block_until_ready(state)
-        jax.profiler.stop_trace()
-
-
-def check_debug_nans(debug_nans: bool, config: Config) -> None:
-    """``debug_nans`` checks the serial step only."""
-    if debug_nans and config.train.data_parallel != "none":
-        raise ConfigError(
-            "debug_nans: expected train.data_parallel none (it checks the serial step), got "
-            f"{config.train.data_parallel!r}"
-        )
-
-
-def check_run_control(max_steps: Any = None, log_every: Any = 0, eval_every: Any = 1) -> None:
-    """``max_steps`` (``None``, or an integer >= 1), ``log_every`` (an integer >= 0; 0: no step
-    lines) and ``eval_every`` (an integer >= 1), refused naming the field."""
-    for name, value, least in (
-        ("max_steps", max_steps, 1),
-        ("log_every", log_every, 0),
-        ("eval_every", eval_every, 1),
-    ):
-        if value is None and name == "max_steps":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"{name}: expected an integer >= {least}, got {value!r}")
-
-
-def check_iw_samples(value: Any) -> int:
-    """``--iw-samples``: an integer in ``[1, MAX_IW_SAMPLES]``."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not ok or not 1 <= value <= MAX_IW_SAMPLES:
-        raise field_error(ConfigError, "iw_samples", f"an integer in [1, {MAX_IW_SAMPLES}]", value)
-    return int(value)
-
-
-def check_options(every: Any, keep: Any, seconds: Any = 0.0) -> tuple[int, int, float]:
-    """``--checkpoint-every`` (an integer >= 0; 0: only at the end), ``--keep-checkpoints`` and
-    ``--checkpoint-every-seconds`` (a finite number >= 0; 0: no time cadence)."""
-    for flag, value, minimum in (("checkpoint_every", every, 0), ("keep_checkpoints", keep, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"{flag}: expected an integer >= {minimum}, got {value!r}")
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not math.isfinite(seconds)
-        or seconds < 0
-    ):
-        raise ConfigError(
-            f"checkpoint_every_seconds: expected a number of seconds >= 0 (0: none), got "
-            f"{seconds!r}"
-        )
-    return every, keep, float(seconds)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
-from cvae_rosetta.app import charts, checkpoint, evaluate, rundir, signals
+from cvae_rosetta.app import (
+    charts,
+    checkpoint,
+    evaluate,
+    metricslog,
+    paramsfile,
+    rundir,
+    runpictures,
+    signals,
+)
 from cvae_rosetta.app.run import Callbacks, Control, Job, Options, Outcome, Record
 from cvae_rosetta.app.trainer import train
 
@@ -27,11 +36,11 @@ def write_outputs(outcome: Outcome, job: Job, options: Options) -> None:
     out, result, config = outcome.workdir, outcome.result, outcome.config
     impl, dataset, keys = job.impl, job.dataset, job.keys
     with files.writing("the pictures", out):
-        rundir.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
+        runpictures.write_pictures(out, impl, result.state, dataset, keys, title=impl.name)
         charts.metric_panels(
-            {impl.name: rundir.curves_of([r for r in result.records if evaluated(r)])},
+            {impl.name: metricslog.curves_of([r for r in result.records if evaluated(r)])},
             out / rundir.CURVES_FILE,
-            title=f"{rundir.run_title(out, impl.name, result.records)} on {dataset.name}",
+            title=f"{runpictures.run_title(out, impl.name, result.records)} on {dataset.name}",
         )
     outcome.summary = {
         "impl": impl.name,
@@ -42,7 +51,7 @@ def write_outputs(outcome: Outcome, job: Job, options: Options) -> None:
     with files.writing("the summary", out / rundir.SUMMARY_FILE):
         files.write_json(out / rundir.SUMMARY_FILE, outcome.summary)
     with files.writing("the final parameters", out / evaluate.PARAMS_FILE):
-        rundir.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
+        paramsfile.save_params(out / evaluate.PARAMS_FILE, impl.to_canonical(result.state))
     with files.writing("the evaluation", out):
         setup = evaluate.EvalSetup(config.train.seed, options.iw_samples)
         outcome.evaluation = evaluate.evaluate(impl, result.state, dataset, setup, out=out)
@@ -55,9 +64,9 @@ def write_outputs(outcome: Outcome, job: Job, options: Options) -> None:
 class Into:
     """Where and how one implementation's run is written: its directory ``out``, the run's
     ``options``, the signals the caller took (``stop``) and, in a run of several processes, how
-    they agree on checkpoints and stops (``agree``: :meth:`cvae_rosetta.app.distributed.Cluster.
-    agree`); ``finish(outcome, job, options)`` writes what a finished run leaves beside its
-    checkpoints."""
+    they agree on checkpoints and stops (``agree``:
+    :meth:`cvae_rosetta.app.cluster.membership.Cluster.agree`); ``finish(outcome, job, options)``
+    writes what a finished run leaves beside its checkpoints."""
 
     out: Path
     options: Options
@@ -84,7 +93,7 @@ def train_into(job: Job, state: Any, into: Into) -> Outcome:
     and a resume writes it)."""
     out, options = into.out, into.options
     impl, dataset, keys = job.impl, job.dataset, job.keys
-    log = rundir.MetricsLog(out / rundir.METRICS_FILE)
+    log = metricslog.MetricsLog(out / rundir.METRICS_FILE)
     board = None
     if options.tensorboard:
         from cvae_rosetta.app.tensorboard import TensorBoardLog

@@ -187,11 +187,12 @@ class Cadence:
     stop. A checkpoint every ``every`` steps or ``seconds`` after the previous one, whichever comes
     first (0: never by that measure), and one when ``stop()`` names a signal, which also stops.
 
-    ``agree`` (a run of several processes: :meth:`cvae_rosetta.app.distributed.Cluster.agree`)
-    makes the processes decide alike, since a signal may reach only one of them and their clocks
-    differ: every :data:`AGREE_EVERY` steps and at every epoch's end, each process's signal and
-    "a checkpoint is late" are reduced to their maximum over all processes. ``stopped_by`` is the
-    signal the run stopped for (agreed, so the same in every process).
+    ``agree`` (a run of several processes:
+    :meth:`cvae_rosetta.app.cluster.membership.Cluster.agree`) makes the processes decide alike,
+    since a signal may reach only one of them and their clocks differ: every :data:`AGREE_EVERY`
+    steps and at every epoch's end, each process's signal and "a checkpoint is late" are reduced to
+    their maximum over all processes. ``stopped_by`` is the signal the run stopped for (agreed, so
+    the same in every process).
     """
 
     def __init__(

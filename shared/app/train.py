@@ -31,7 +31,7 @@ it unless given another. ``Options.eval_every`` evaluates the test split every s
 
 Faults a run survives (docs/checkpoints.md): SIGINT and SIGTERM are handled for the whole call,
 start-up and final outputs included (the run stops at a checkpoint; :func:`exit_status` is 130 or
-143); the run directory is locked for its one writer (:class:`~cvae_rosetta.app.rundir.RunLock`);
+143); the run directory is locked for its one writer (:class:`~cvae_rosetta.app.runlock.RunLock`);
 a write the disk refuses raises :class:`~cvae_rosetta.files.WriteFailed` naming the file.
 """
 
@@ -49,18 +49,20 @@ from typing import Any
 from cvae_rosetta import files
 from cvae_rosetta.app import (
     checkpoint,
-    distributed,
+    devices,
     evaluate,
     frameworks,
-    parallel,
     resources,
     resuming,
     rundir,
+    runlock,
     signals,
     trainstate,
 )
+from cvae_rosetta.app.cluster.membership import PROCESSES_KEY
 from cvae_rosetta.app.data import Dataset, batches_per_epoch
-from cvae_rosetta.app.run import Job, Options, Outcome, RunKeys, check_run_control
+from cvae_rosetta.app.optionchecks import check_run_control
+from cvae_rosetta.app.run import Job, Options, Outcome, RunKeys
 from cvae_rosetta.app.runner import Into, follow, train_into
 from cvae_rosetta.app.trainer import counted
 from cvae_rosetta.spec.config import Config
@@ -139,7 +141,7 @@ def start_devices(config: Config, cluster: Any = None) -> None:
         ):
             cluster.start()
     elif config.train.devices > 1:
-        parallel.arrange_cpu_devices(config.train.devices)
+        devices.arrange_cpu_devices(config.train.devices)
 
 
 def fresh_state(impl: Any, key: Any, config: Config) -> Any:
@@ -171,8 +173,8 @@ def train_and_evaluate(
     included: :func:`~cvae_rosetta.app.trainstate.check_checkpointable`) and the data, before
     anything is written.
     ``given``: config fields set on purpose (see :func:`fit_to_data`). ``cluster``: this process's
-    place in a ``jax.distributed`` run (:class:`cvae_rosetta.app.distributed.Cluster`); only
-    process 0 writes.
+    place in a ``jax.distributed`` run (:class:`cvae_rosetta.app.cluster.membership.Cluster`);
+    only process 0 writes.
     """
     options.check(config)
     if cluster is not None:
@@ -202,7 +204,7 @@ def train_and_evaluate(
             with files.writing(rundir.CONFIG_FILE, out / rundir.CONFIG_FILE):
                 limit = {} if options.max_steps is None else {MAX_STEPS: options.max_steps}
                 if cluster is not None:  # the processes a resume goes on as
-                    limit[distributed.PROCESSES_KEY] = cluster.num_processes
+                    limit[PROCESSES_KEY] = cluster.num_processes
                 rundir.save_config(out, config, command="train", impl=options.impl, **limit)
             return train_into(job, state, dataclasses.replace(into, out=out))
 
@@ -217,8 +219,9 @@ def resume(
     """Go on with the run in ``workdir`` from its latest checkpoint (bit for bit), with
     ``options.impl`` if given (any implementation: checkpoints are canonical) or the run's own.
     ``join``: this process's place in a run of several processes
-    (:class:`cvae_rosetta.app.distributed.Place`), which goes on as the same number of processes
-    it was written by, each reading the checkpoint process 0 wrote; only process 0 writes.
+    (:class:`cvae_rosetta.app.cluster.membership.Place`), which goes on as the same number of
+    processes it was written by, each reading the checkpoint process 0 wrote; only process 0
+    writes.
 
     ``changes``: config fields to change, as ``{"train.epochs": 60}``; only those of
     :data:`cvae_rosetta.app.resuming.RESUMABLE_CHANGES` may change, and any other change is
@@ -242,7 +245,7 @@ def resume(
         given = set(changes or {})
         if cluster is not None and cluster.process_id:  # only process 0 locks and writes
             return _resume_locked(opened, impl, config, into, given, cluster)
-        lock = rundir.RunLock.acquire(opened.directory, command="train --resume", field="resume")
+        lock = runlock.RunLock.acquire(opened.directory, command="train --resume", field="resume")
         with lock, _in(opened.directory):
             if cluster is None and (done := _finished(opened, config, options)) is not None:
                 return done  # under the lock: no other process is extending it
@@ -318,9 +321,9 @@ def _resume_locked(
     if cluster is not None and cluster.process_id:  # process 0 writes and says what happens
         return follow(job, state, into)
     if cluster is not None:  # config.json: the processes the run goes on as (none: one)
-        opened.run[distributed.PROCESSES_KEY] = cluster.num_processes
+        opened.run[PROCESSES_KEY] = cluster.num_processes
     else:
-        opened.run.pop(distributed.PROCESSES_KEY, None)
+        opened.run.pop(PROCESSES_KEY, None)
     for step, reason in opened.damaged:
         aside = opened.directory / resuming.DAMAGED_DIR
         print(

@@ -20,9 +20,9 @@ the steps it would have taken uninterrupted and makes exactly the same records
 
 A step's record holds its metrics, the learning rate it was taken with (``optim.schedule``) and,
 where the step sees the gradient (any implementation with a ``grads_fn`` or a ``grads`` method and
-a state with ``apply_gradients``, in every data-parallel mode it runs: ``parallel.epoch_step``),
+a state with ``apply_gradients``, in every data-parallel mode it runs: ``devices.RunDevices``),
 ``grad_norm``, the global norm of the gradient before clipping. ``profile`` traces chosen steps
-with ``jax.profiler`` (:class:`~cvae_rosetta.app.run.ProfileSteps`).
+with ``jax.profiler`` (:class:`~cvae_rosetta.app.profiling.ProfileSteps`).
 
 ``max_steps`` ends a run after that many steps in all (a resumed run's included), as a finished
 run: where it falls inside an epoch, that epoch's steps so far make a last, partial epoch record
@@ -48,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta.app.data import EpochBatches, Split, eval_batches
-from cvae_rosetta.app.parallel import epoch_step
+from cvae_rosetta.app.devices import RunDevices
+from cvae_rosetta.app.optionchecks import check_debug_nans, check_run_control
 from cvae_rosetta.app.run import (
     METRICS,
     Callbacks,
@@ -58,11 +59,9 @@ from cvae_rosetta.app.run import (
     Progress,
     Record,
     TrainResult,
-    check_debug_nans,
-    check_run_control,
 )
 from cvae_rosetta.files import on_terminal
-from cvae_rosetta.spec import optim, parallel
+from cvae_rosetta.spec import optim
 from cvae_rosetta.spec.errors import CvaeError
 from cvae_rosetta.spec.protocol import Implementation
 from cvae_rosetta.spec.validation import Batch
@@ -218,7 +217,7 @@ def train(
 
     ``callbacks.on_epoch(state, record)`` receives the single-device state after each epoch's
     record (for pictures of the model as it trains). ``control.profile``: steps to trace
-    (:class:`~cvae_rosetta.app.run.ProfileSteps`).
+    (:class:`~cvae_rosetta.app.profiling.ProfileSteps`).
 
     ``control.eval_every``: the test split is evaluated (the epoch record's ``test_*``) every so
     many epochs, and always at the run's end. ``control.progress``: a progress bar where one can be
@@ -246,8 +245,7 @@ class _Training:
         self.job, self.control = job, control
         self.impl, self.config, self.dataset, self.keys = impl, config, dataset, job.keys
         self.batches = EpochBatches(dataset.train, config.data.batch_size, config.data.remainder)
-        self.plan = parallel.Plan.of(config)
-        parallel.check_mechanism(self.plan.mechanism, impl)
+        self.devices = RunDevices.of(config, impl)
         check_debug_nans(control.debug_nans, config)
         self.debug_nans, self.profile = control.debug_nans, control.profile
         self.eval_batch_size = control.eval_batch_size
@@ -280,12 +278,12 @@ class _Training:
         """Place ``state``, load the first epoch's data, compile the step (timed) and open the
         progress bar, at the run's start or where it resumes."""
         first, impl = self.first, self.impl
-        self.state = self.plan.place_state(state)
+        self.state = self.devices.place_state(state)
         self.loaded = min(first.epoch, self.epochs - 1)
         self.xs, self.cs = self._epoch_data(self.loaded)
         index = jnp.zeros((), jnp.int32)
         begin = time.perf_counter()
-        step = epoch_step(self.plan, impl, debug_nans=self.debug_nans)
+        step = self.devices.epoch_step(impl, debug_nans=self.debug_nans)
         step = step.lower(self.state, self.xs, self.cs, index, self.keys.train, index)
         self.compiled = step.compile()
         self.compile_seconds = time.perf_counter() - begin
@@ -332,11 +330,9 @@ class _Training:
 
     def _epoch_data(self, number: int):
         """The epoch's shuffled batches, ``[num_batches, B, ...]``, each batch's rows split over
-        the plan's devices (across processes, each process places only its own rows)."""
+        the run's devices (across processes, each process places only its own rows)."""
         xs, cs = self.batches.epoch(jax.random.fold_in(self.keys.shuffle, number))
-        if self.plan.mechanism == "none":
-            return xs, cs
-        return self.plan.place_rows(xs, axis=1), self.plan.place_rows(cs, axis=1)
+        return self.devices.place_epoch(xs, cs)
 
     def _epoch(self, epoch: int) -> TrainResult | None:
         """Epoch ``epoch`` from where the run stands: its steps, its record and the checkpoints
@@ -419,7 +415,7 @@ class _Training:
                     "with debug_nans to find the first operation that made it"
                 )
             rate = float(rates[j])
-            # the norm of the step's gradient, where the step can see it (parallel.epoch_step)
+            # the norm of the step's gradient, where the step can see it (RunDevices.epoch_step)
             seen = {"grad_norm": float(metrics["grad_norm"])} if "grad_norm" in metrics else {}
             self._record(
                 {"event": "step", "step": base + j + 1, "epoch": epoch + 1, **values,
@@ -464,7 +460,7 @@ class _Training:
         if test:
             metrics = evaluate(
                 self.impl,
-                self.plan.local_state(self.state),
+                self.devices.local_state(self.state),
                 self.dataset.test,
                 self.keys.eval,
                 batch_size=self.eval_batch_size,
@@ -476,7 +472,7 @@ class _Training:
             record["partial"] = True
         self._record(record)
         if self.on_epoch is not None:
-            self.on_epoch(self.plan.local_state(self.state), record)
+            self.on_epoch(self.devices.local_state(self.state), record)
         self.report.epoch(record, self.num_batches)
 
     def _record(self, event: Record) -> None:
@@ -498,7 +494,7 @@ class _Training:
     def _checkpoint(self, epoch: int, batch: int) -> None:
         """``on_checkpoint`` with the single-device state, unless this step has one already."""
         if self.on_checkpoint is not None and self.saved_at != self.t:
-            self.on_checkpoint(self.plan.local_state(self.state), self._now(epoch, batch))
+            self.on_checkpoint(self.devices.local_state(self.state), self._now(epoch, batch))
             self.saved_at = self.t
 
     def _stop(self, epoch: int, batch: int) -> TrainResult:
@@ -512,7 +508,7 @@ class _Training:
     def _result(self, position: Progress, stopped: bool = False) -> TrainResult:
         steps = self.t - self.first.step
         rate = steps / self.session_seconds if self.session_seconds else 0.0
-        state = self.plan.local_state(self.state)
+        state = self.devices.local_state(self.state)
         return TrainResult(
             state, self.records, self.compile_seconds, rate, position, stopped, steps=steps
         )

@@ -47,6 +47,7 @@ from cvae_rosetta.bench.measure import (
     measure_parallel,
     measure_precision,
 )
+from cvae_rosetta.bench.plots import plots
 from cvae_rosetta.bench.programs import config_of, paths_of, synthetic_data
 from cvae_rosetta.bench.results import (
     PAGE_FILE,
@@ -107,11 +108,11 @@ def arrange_devices(settings: Settings) -> None:
     and refuse a device count this machine cannot give."""
     import jax
 
-    from cvae_rosetta.app import parallel
+    from cvae_rosetta.app import devices
 
     count = max(settings.devices)
     if count > 1:
-        parallel.arrange_cpu_devices(count)
+        devices.arrange_cpu_devices(count)
     if jax.device_count() < count:
         raise ConfigError(
             f"devices: expected at most {jax.device_count()} (the {jax.default_backend()} "
@@ -254,7 +255,7 @@ def write(out: Path, result: dict[str, Any], *, overwrite: bool = False) -> list
 
     rundir.make_out_dir(out, overwrite=overwrite, marker=RESULT_FILE)
     files.write_json(out / RESULT_FILE, result)
-    images = bench_report.plots(result, out)
+    images = plots(result, out)
     page = bench_report.page(result, images, source=RESULT_FILE)
     files.write_text(out / PAGE_FILE, page)
     return [RESULT_FILE, PAGE_FILE, *images.values()]

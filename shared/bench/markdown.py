@@ -1,7 +1,7 @@
 """What every page of results is written with: the implementations' names as the pages show
-them, numbers and ratios (each with its interval) as cells, Markdown tables, the findings that
-rank what differs beyond noise and only that, and a generated table put between the markers of a
-page written by hand.
+them (the docs build's too), numbers and ratios (each with its interval) as cells, the findings
+that rank what differs beyond noise and only that, and a generated table put between the markers
+of a page written by hand. The tables themselves are :mod:`cvae_rosetta.app.markdown`'s.
 """
 
 from __future__ import annotations
@@ -20,13 +20,6 @@ from cvae_rosetta.spec import registry
 def impl_label(impl: str) -> str:
     """``impl``'s name on the pages, its ``ABOUT["label"]``; one not registered here: its name."""
     return found.about.label if (found := registry.info(impl)) else impl
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
-    """A Markdown table; ``align`` has an ``l`` or ``r`` per column (default: all left)."""
-    marks = ["---:" if a == "r" else "---" for a in (align or "l" * len(header))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
-    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)]) + "\n"
 
 
 def number(value: float | None, digits: int = 0) -> str:

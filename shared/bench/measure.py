@@ -331,6 +331,7 @@ def measure_parallel(subject: Subject, bar: ProgressBar) -> dict[str, Any]:
     the same global batch and key every step."""
     import jax
 
+    from cvae_rosetta.app.devices import RunDevices
     from cvae_rosetta.spec import parallel
 
     settings, impls, params = subject
@@ -357,7 +358,7 @@ def measure_parallel(subject: Subject, bar: ProgressBar) -> dict[str, Any]:
                 bar.tick()
             continue
         step = plan.make_step(impl)
-        state = plan.place_state(impl.from_canonical(params, config))
+        state = RunDevices(plan).place_state(impl.from_canonical(params, config))
         start = time.perf_counter()
         state, metrics = step(state, batch, key)
         jax.block_until_ready((state, metrics))

@@ -4,8 +4,9 @@
 cost, the fault report, the latent-size trade-off: each its own ``kind``): every file opens with
 the same envelope (:func:`envelope`: schema, kind, command, when, versions and machine), so that a
 page can say where each figure came from and never merge figures of two machines, dates or
-versions silently. :mod:`cvae_rosetta.bench.harness` writes bench results, and
-:mod:`cvae_rosetta.bench.report` renders every kind; both import these names from here, and
+versions silently. :mod:`cvae_rosetta.bench.harness` writes bench results and
+:mod:`cvae_rosetta.bench.report` renders one for its user; the docs build and the studies' scripts
+render every kind into the repository's pages. All import these names from here, and
 :func:`summarize` derives every figure a page shows from the measured rounds.
 
 Ratios come with an interval (:func:`interval`) over paired rounds, since every round times every

@@ -1,29 +1,27 @@
 """One result file's tables and findings, in the order its section of a page shows them (the
 conditions, the fast paths against pure JAX, the frameworks' jit wrappers, what one call costs,
 compile time and what XLA compiled, the roofline, pure JAX's step written other ways, bfloat16,
-data parallelism), and the same tables as the blocks of ``docs/fast_step.md``.
+data parallelism): what ``cvae bench``'s ``bench.md`` shows. The docs build puts the same
+sections into the repository's pages, and some tables alone, which are public here for it
+(:func:`compared`, :func:`unrolls`, :func:`techniques_table`, :func:`precision_table`, with
+:func:`vs_fast`).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench.causes import causes, programs
-from cvae_rosetta.bench.checklist import checklist
 from cvae_rosetta.bench.markdown import (
     around_the_step,
-    backend_name,
     findings,
     impl_label,
-    markdown_table,
     megabytes,
     number,
     path_label,
     ratio,
-    write_between_markers,
 )
 from cvae_rosetta.bench.plots import DISPLAY_WIDTH, PLOTS
 from cvae_rosetta.bench.results import (
@@ -40,7 +38,6 @@ from cvae_rosetta.bench.results import (
     loaded,
     parameter_count,
     path_row,
-    provenance,
     roof_times,
     scan_row,
 )
@@ -133,7 +130,7 @@ def _grid(result: dict[str, Any], cell, labels: dict[str, str]) -> str:
     return markdown_table(["", *(f"batch {b}" for b, _ in batches)], rows, "l" + "r" * len(batches))
 
 
-def _compared(result: dict[str, Any], get, labels: dict[str, str], note=None, extra=None) -> list:
+def compared(result: dict[str, Any], get, labels: dict[str, str], note=None, extra=None) -> list:
     """A table of intervals (``get(batch, key)``, one row per ``labels`` item, one column per
     batch size, ``extra(batch, key)`` added to a cell) and the findings in words under it."""
     entries = {
@@ -172,13 +169,13 @@ def _fast(result: dict[str, Any], images: dict[str, str], h: str, sized: bool) -
         "**Device time**: the implementation's step run K times inside one jitted `lax.scan`, "
         "per step, as a ratio to pure JAX's (interval in brackets). This is what the framework "
         "does to the compiled step.",
-        *_compared(result, device, labels, note=why),
-        *_unrolls(result),
+        *compared(result, device, labels, note=why),
+        *unrolls(result),
         "**Per call**: the protocol's step, `jax.jit(impl.train_step, donate_argnums=0)` "
         "compiled ahead of time (`.trace(...).lower().compile()`), its executable called from a "
         "Python loop over K device-resident batches. " + _dispatch_share(result),
         "",
-        *_compared(result, call, labels, note=same_device),
+        *compared(result, call, labels, note=same_device),
         *_image(images, "step_time", sized),
     )
 
@@ -238,17 +235,19 @@ def _calling(
     )
 
 
-def _unrolls(result: dict[str, Any]) -> list[str]:
-    unrolls = {
+def unrolls(result: dict[str, Any]) -> list[str]:
+    """Pure JAX's scan unrolled against ``unroll=1``, as a table with its findings, where the run
+    measured an unroll; none where it did not."""
+    measured = {
         s["unroll"] for _, bt in batches_by_size(result) for s in bt["epoch"] if s["unroll"] > 1
     }
-    if not unrolls:
+    if not measured:
         return []
 
     def get(batch, unroll):
         return (scan_row(batch, REFERENCE, unroll) or {}).get("vs_unroll_1")
 
-    labels = {u: f"unroll {u}" for u in sorted(unrolls)}
+    labels = {u: f"unroll {u}" for u in sorted(measured)}
 
     def size(batch, unroll):  # the compiled loop's size, where the run recorded it
         a, b = ((scan_row(batch, REFERENCE, u) or {}).get("hlo") for u in (unroll, 1))
@@ -262,11 +261,11 @@ def _unrolls(result: dict[str, Any]) -> list[str]:
     return [
         "Pure JAX's scan with `lax.scan(..., unroll=u)`, per step, against `unroll=1`:",
         "",
-        *_compared(result, get, labels, note=why),
+        *compared(result, get, labels, note=why),
     ]
 
 
-def _vs_fast(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
+def vs_fast(batch: dict[str, Any], label: str) -> dict[str, Any] | None:
     """The path ``label``'s time per call against its fast path's, with its interval."""
     return (path_row(batch, label) or {}).get("vs_fast", {}).get("step")
 
@@ -300,7 +299,7 @@ def _wrapper_costs(result: dict[str, Any], h: str) -> list[str]:
         "compiled step (one more dispatch a call), where the fast path draws it inside; the extra "
         "time holds that draw beside the wrapper's own work (and, for a wrapper that donates "
         "nothing, the state's buffers not reused).",
-        *_compared(result, _vs_fast, labels, note=why, extra=extra),
+        *compared(result, vs_fast, labels, note=why, extra=extra),
     )
 
 
@@ -516,6 +515,22 @@ PASSES_WORDS = (
 
 
 def _techniques(result: dict[str, Any], h: str) -> list[str]:
+    body = techniques_table(result)
+    if not body:
+        return []
+    return _part(
+        f"{h} Pure JAX's step, written other ways",
+        "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
+        "its bytes per step (and their share of the spec's minimum), fusions and transposes; the "
+        "fast path's own times in its row. The docs' page *Making the step fast* reads them style "
+        "by style.",
+        *body,
+    )
+
+
+def techniques_table(result: dict[str, Any]) -> list[str]:
+    """Pure JAX's step written other ways against its fast path, as a table, and where its fast
+    path's own times differ from the main tables', why; none where the run did not measure it."""
     parts = result.get("techniques") or []
     if not parts:
         return []
@@ -530,19 +545,14 @@ def _techniques(result: dict[str, Any], h: str) -> list[str]:
             name = "fast path" if fast else f"`{r['technique']}`"
             counts = [str(r["hlo"].get(k, "-")) for k in ("fusions", "transposes")]
             rows.append([name, str(part["batch_size"]), *times, _moved(r), *counts])
-    return _part(
-        f"{h} Pure JAX's step, written other ways",
-        "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
-        "its bytes per step (and their share of the spec's minimum), fusions and transposes; the "
-        "fast path's own times in its row. The docs' page *Making the step fast* reads them style "
-        "by style.",
+    return [
         markdown_table(
             ["written", "batch", "per call", "device time", "bytes", "fusions", "transposes"],
             rows,
             "lrrrrrr",
         ),
         *_techniques_phase(result, parts),
-    )
+    ]
 
 
 def _techniques_phase(result: dict[str, Any], parts: list[dict[str, Any]]) -> list[str]:
@@ -573,6 +583,20 @@ def _techniques_phase(result: dict[str, Any], parts: list[dict[str, Any]]) -> li
 
 
 def _precision(result: dict[str, Any], h: str) -> list[str]:
+    body = precision_table(result)
+    if not body:
+        return []
+    return _part(
+        f"{h} bfloat16 against float32",
+        "Per call, each fast path with `compute_dtype` bfloat16 against the same path in float32 "
+        "(parameters and Adam in float32 both ways), the two interleaved.",
+        *body,
+    )
+
+
+def precision_table(result: dict[str, Any]) -> list[str]:
+    """Each fast path in bfloat16 against float32, as a table; none where the run did not
+    measure it."""
     parts = result.get("precision") or []
     if not parts:
         return []
@@ -583,12 +607,7 @@ def _precision(result: dict[str, Any], h: str) -> list[str]:
         for i in impls
     ]
     header = ["bfloat16 / float32", *(f"batch {p['batch_size']}" for p in parts)]
-    return _part(
-        f"{h} bfloat16 against float32",
-        "Per call, each fast path with `compute_dtype` bfloat16 against the same path in float32 "
-        "(parameters and Adam in float32 both ways), the two interleaved.",
-        markdown_table(header, rows, "l" + "r" * len(parts)),
-    )
+    return [markdown_table(header, rows, "l" + "r" * len(parts))]
 
 
 def _parallel(result: dict[str, Any], h: str) -> list[str]:
@@ -618,52 +637,3 @@ def _parallel(result: dict[str, Any], h: str) -> list[str]:
         f"implementation's serial step.{note}",
         markdown_table(["mechanism", *map(impl_label, impls)], rows, "l" + "r" * len(impls)),
     )
-
-
-# --- making the step fast -------------------------------------------------------------------------
-
-FAST_STEP_FILE = "fast_step.md"  # words written by hand, its tables between fast-step markers
-
-
-def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
-    """The tables of ``docs/fast_step.md`` from one result: ``block -> lines`` (empty where the
-    result did not measure it)."""
-    impls = {i: impl_label(i) for i in impls_measured(result)}
-
-    def in_scan(batch, impl):
-        return (scan_row(batch, impl) or {}).get("vs_loop")
-
-    one = "one dispatch for the K steps instead of one a step"
-    dispatch = {shown: {b: one for b, _ in batches_by_size(result)} for shown in impls.values()}
-
-    groups = programs(result)
-    blocks = {
-        "checklist": checklist(result),
-        "programs": [groups] if groups else [],
-        "scan": [*_compared(result, in_scan, impls, note=dispatch), *_unrolls(result)],
-        "techniques": _techniques(result, "#")[4:],
-        "precision": _precision(result, "#")[4:],
-    }
-    for impl in ("flax_nnx", "equinox", "keras"):
-        labels = {
-            r["label"]: path_label(r)
-            for r in batches_by_size(result)[0][1]["paths"]
-            if r["impl"] == impl and r["path"] not in (FAST, SAME_AS_FAST)
-        }
-        blocks[impl] = _compared(result, _vs_fast, labels) if labels else []
-    return blocks
-
-
-def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
-    """Each block of ``doc`` (``<!-- fast-step:NAME:begin -->`` ... ``end``) filled with its
-    table from every result that measured it, each under the line that names its machine."""
-    blocks = [fast_step_blocks(result) for result in results]
-    for name in blocks[0] if blocks else ():
-        parts = [
-            f"On the {backend_name(result)} ({provenance(result)}):\n\n" + "\n".join(b[name])
-            for result, b in zip(results, blocks, strict=True)
-            if b[name]
-        ]
-        text = "\n".join(parts).rstrip() or "Not measured in the committed results."
-        begin, end = f"<!-- fast-step:{name}:begin -->", f"<!-- fast-step:{name}:end -->"
-        write_between_markers(doc, begin, end, text)

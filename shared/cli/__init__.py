@@ -15,7 +15,9 @@ refusal is one line on stderr and exit status 2, never a traceback.
 - :mod:`~cvae_rosetta.cli.parser`: the parser of ``cvae`` and of each command;
 - :mod:`~cvae_rosetta.cli.training`: ``cvae train`` and ``cvae compare``;
 - :mod:`~cvae_rosetta.cli.commands`: every other command;
-- :mod:`~cvae_rosetta.cli.exits`: :func:`main`, and how a command ends (its exit status).
+- :mod:`~cvae_rosetta.cli.exits`: :func:`main`, and how a command ends (its exit status);
+- :mod:`~cvae_rosetta.cli.tiny_runs`: tiny runs of the command to interrupt and resume, for the
+  fault tests and the fault sweep (``benchmarks/fault_report.py``); the command never imports it.
 """
 
 from __future__ import annotations

@@ -43,9 +43,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from cvae_rosetta.app import distributed
+    from cvae_rosetta.app.cluster.launch import launch
 
-    return distributed.launch(
+    return launch(
         args.num_processes,
         args.command,
         port=args.port,
@@ -59,7 +59,7 @@ def _check_launched_train(args: argparse.Namespace, command: list[str]) -> None:
     """The train command's flags and config, refused here, as typed, before any process starts
     (each would take seconds to start JAX and then refuse them): a new run of several processes
     shares every batch between them, so it needs a data-parallel mechanism that spans them."""
-    from cvae_rosetta.app.distributed import DISTRIBUTED_MECHANISMS
+    from cvae_rosetta.app.cluster.membership import DISTRIBUTED_MECHANISMS
 
     inner = args.parse(command)  # cvae's parser; argparse's refusals: one line, status 2
     if inner.resume is not None:

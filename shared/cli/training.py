@@ -89,7 +89,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"# --distributed: {_place(args).describe()}")
         return 0
     start_jax(args)
-    from cvae_rosetta.app import distributed, train
+    from cvae_rosetta.app import train
+    from cvae_rosetta.app.cluster import lost, membership
 
     config, given = resolved.config, resolved.given
     options = _options(args)
@@ -97,12 +98,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         changes = {name: value for name, value in _given_values(args, given)}
         cluster = _check_resume_flags(args)  # this process's place, if one of several
         _say_where(cluster, args.verbose)
-        with distributed.lost_peers(cluster, args.resume):
+        with lost.lost_peers(cluster, args.resume):
             outcome = train.resume(args.resume, options, changes=changes, join=cluster)
     else:
         options = dataclasses.replace(options, impl=options.impl or "pure_jax")
         options.check(config)  # before the cluster is joined
-        cluster = distributed.cluster_from(
+        cluster = membership.cluster_from(
             config,
             distributed=args.distributed,
             coordinator=args.coordinator,
@@ -112,7 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
         workdir = args.out or train.default_workdir(options.impl)
         _say_where(cluster, args.verbose)
-        with distributed.lost_peers(cluster, workdir):
+        with lost.lost_peers(cluster, workdir):
             outcome = train.train_and_evaluate(
                 config, workdir, options, given=given, cluster=cluster
             )
@@ -120,7 +121,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(_other_process_line(cluster, outcome), file=sys.stderr if outcome.stopped else None)
         return train.exit_status(outcome)
     if outcome.stopped:
-        going_on = distributed.resume_command(cluster)
+        going_on = membership.resume_command(cluster)
         print(f"cvae: {train.describe_stop(outcome, going_on)}", file=sys.stderr)
         return train.exit_status(outcome)
     described = train.describe(outcome)
@@ -228,9 +229,9 @@ def _check_resume_flags(args: argparse.Namespace) -> Any:
 def _place(args: argparse.Namespace) -> Any:
     """This process's place among several (``None`` without ``--distributed``): the flags given,
     the rest from a scheduler's environment."""
-    from cvae_rosetta.app import distributed
+    from cvae_rosetta.app.cluster import membership
 
-    return distributed.place_from(
+    return membership.place_from(
         distributed=args.distributed,
         coordinator=args.coordinator,
         num_processes=args.num_processes,

@@ -21,7 +21,8 @@ The per-device step needs the step cut in two at the all-reduce: an implementati
 :class:`~cvae_rosetta.spec.protocol.Adapter`) and ``state.apply_gradients(grads)``. Averaging
 per-device mean losses is the global mean because every device holds the same number of rows.
 
-The trainer's steps (:func:`cvae_rosetta.app.parallel.epoch_step`, built on :class:`Plan`) also
+The trainer's steps (:meth:`cvae_rosetta.app.devices.RunDevices.epoch_step`, built on
+:class:`Plan`) also
 report ``metrics["grad_norm"]``, the global norm of the step's gradient before clipping (after the
 average over devices): the per-device steps have the gradient in hand, and the serial and
 ``sharded`` steps run the first half of the step (a ``grads`` method or a ``grads_fn``) and
@@ -31,30 +32,31 @@ has them, an :class:`~cvae_rosetta.spec.protocol.Adapter` or not (:func:`gradien
 ``train_step`` that the suite compares with the serial one and the benchmark times, returns
 ``train_step``'s metrics only.
 
-Across processes (``jax.distributed``) the mesh holds every process's devices; each process puts
-only its own rows of a global batch on its devices (:meth:`Plan.rows_of_process`), and the
-``sharded`` and ``shard_map`` steps run unchanged.
+A step takes the state where its mechanism wants it: as it is for ``none``, replicated over the
+mesh (:attr:`Plan.replicated`) for ``sharded`` and ``shard_map``, stacked along a leading device
+axis and split over the mesh (:meth:`Plan.rows`) for ``pmap``. Across processes
+(``jax.distributed``) the mesh holds every process's devices, each process puts only its own rows
+of a global batch on its devices, and the ``sharded`` and ``shard_map`` steps run unchanged.
 
 This module is part of the contract because the conformance suite checks these steps against the
-serial one. What only ``cvae train`` and ``cvae bench`` need (splitting the host into devices, the
-trainer's step over an epoch with its ``finite`` check) is the application's:
-``cvae_rosetta.app.parallel``.
+serial one. What only ``cvae train`` and ``cvae bench`` need (splitting the host into devices, a
+run's state and batches placed on its devices, the trainer's step over an epoch with its
+``finite`` check) is the application's: ``cvae_rosetta.app.devices``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from cvae_rosetta.spec.config import DATA_PARALLEL, Config
+from cvae_rosetta.spec.config import DATA_PARALLEL
 from cvae_rosetta.spec.errors import ConfigError
 from cvae_rosetta.spec.model import noise
 from cvae_rosetta.spec.protocol import Adapter
@@ -140,7 +142,10 @@ class Plan:
     noise: Callable[[jax.Array, int, int], jax.Array] = noise
 
     @classmethod
-    def create(cls, mechanism: str, count: int | None = None) -> Plan:
+    def create(cls, mechanism: str, count: int | None = None, impl: Any = None) -> Plan:
+        """The plan of ``mechanism`` over the first ``count`` devices (default: one for ``none``,
+        every device otherwise); with ``impl``, one that refuses a per-device mechanism the
+        implementation cannot run (:func:`check_mechanism`)."""
         if mechanism not in MECHANISMS:
             raise ConfigError(
                 f"train.data_parallel: expected one of {', '.join(MECHANISMS)}, got {mechanism!r}"
@@ -157,12 +162,9 @@ class Plan:
                 f"train.devices: expected at most {len(available)} (the {available[0].platform} "
                 f"devices JAX sees), got {count}"
             )
+        if impl is not None:
+            check_mechanism(mechanism, impl)
         return cls(mechanism, tuple(available[:count]))
-
-    @classmethod
-    def of(cls, config: Config) -> Plan:
-        """The plan a run's config asks for."""
-        return cls.create(config.train.data_parallel, config.train.devices)
 
     @property
     def count(self) -> int:
@@ -192,51 +194,6 @@ class Plan:
                 f"data.batch_size: expected a multiple of the {self.count} devices of "
                 f"train.data_parallel {self.mechanism}, got {batch_size}"
             )
-
-    def rows_of_process(self, batch_size: int) -> slice:
-        """The rows of every global batch that this process's devices hold."""
-        index = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
-        per_device = batch_size // self.count
-        return slice(index[0] * per_device, (index[-1] + 1) * per_device)
-
-    # --- where the state lives -------------------------------------------------------------------
-
-    def place_state(self, state: Any) -> Any:
-        """The state as the step wants it: replicated, or stacked per device for ``pmap``."""
-        if self.mechanism == "none":
-            return state
-        if self.mechanism == "pmap":
-            stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * self.count), state)
-            return self._put(stacked, self.rows())
-        return self._put(jax.tree.map(np.asarray, state), self.replicated)
-
-    def local_state(self, state: Any) -> Any:
-        """One device's copy of a placed state (every copy is the same), for evaluation and
-        saving: a plain single-device state of the implementation."""
-        if self.mechanism == "none":
-            return state
-        if self.mechanism == "pmap":
-            return first_device(state)
-        return jax.tree.map(lambda a: a.addressable_data(0), state)
-
-    def place_rows(self, array: jax.Array | np.ndarray, axis: int = 0) -> jax.Array:
-        """A global array split along ``axis`` over the mesh; across processes, ``array`` is the
-        whole global array and each process puts only its own rows on its devices."""
-        return self._put(array, self.rows(axis), axis=axis)
-
-    def _put(self, tree: Any, sharding: NamedSharding, axis: int | None = None) -> Any:
-        if jax.process_count() == 1:
-            return jax.device_put(tree, sharding)
-
-        def put(a):
-            a = np.asarray(a)
-            if axis is None:  # replicated: every process holds the whole value
-                return jax.make_array_from_process_local_data(sharding, a, a.shape)
-            index = [slice(None)] * a.ndim
-            index[axis] = self.rows_of_process(a.shape[axis])
-            return jax.make_array_from_process_local_data(sharding, a[tuple(index)], a.shape)
-
-        return jax.tree.map(put, tree)
 
     # --- the step --------------------------------------------------------------------------------
 
@@ -290,25 +247,32 @@ class Plan:
         wrap: Callable[[Callable], Callable] = lambda step: step,
         *,
         with_grad_norm: bool = False,
-    ) -> Callable[[Any, Batch, jax.Array], tuple[Any, dict]]:
-        """The ``pmap``-ed per-device step over a stacked state and ``[n, B/n, ...]`` inputs."""
-        return jax.pmap(
+    ) -> tuple[Callable[[Batch, jax.Array, int], tuple], Callable]:
+        """The ``pmap`` mechanism's step in its two parts: ``blocks(global batch, key, latent_dim)
+        -> (x, c, eps)`` (traceable), the global noise drawn and each array cut into ``[n, B/n,
+        ...]`` blocks, device ``d``'s the ``d``-th; and the ``pmap``-ed per-device step over a
+        stacked state and those blocks (``wrap``: what the caller adds around the per-device
+        step)."""
+
+        def blocks(batch: Batch, key: jax.Array, latent_dim: int):
+            eps = self.noise(key, batch.x.shape[0], latent_dim)
+            return split_for_pmap(batch, eps, count=self.count)
+
+        pstep = jax.pmap(
             wrap(self.per_device_step(impl, with_grad_norm=with_grad_norm)),
             axis_name=AXIS,
             devices=self.devices,
             donate_argnums=0,
         )
+        return blocks, pstep
 
     def make_step(self, impl: Any) -> Step:
-        """``step(placed state, global batch, key) -> (placed state, metrics)``, compiled on first
-        use, the old state donated. The global batch may live anywhere; it is split here."""
+        """``step(placed state, global batch, key) -> (placed state, metrics)`` (the state where
+        the mechanism wants it: see the module's docstring), compiled on first use, the old state
+        donated. The global batch may live anywhere; it is split here."""
         if self.mechanism == "pmap":
-            pstep = self.pmap_step(impl)
-
-            @functools.partial(jax.jit, static_argnums=2, out_shardings=self.rows())
-            def prepare(batch: Batch, key: jax.Array, latent_dim: int):
-                eps = self.noise(key, batch.x.shape[0], latent_dim)
-                return split_for_pmap(batch, eps, count=self.count)
+            blocks, pstep = self.pmap_step(impl)
+            prepare = jax.jit(blocks, static_argnums=2, out_shardings=self.rows())
 
             def step(state, batch: Batch, key: jax.Array):
                 model = state.config.model
@@ -349,26 +313,10 @@ def _per_device(tree: Any) -> Any:
 
 def first_device(tree: Any) -> Any:
     """Device 0's row of a pmap output (every row is the same after ``pmean``), read from that
-    device's own buffer rather than by an indexing op over all the devices. (Also the trainer's:
-    ``cvae_rosetta.app.parallel``.)"""
+    device's own buffer rather than by an indexing op over all the devices."""
     return jax.tree.map(lambda a: a.addressable_data(0)[0], tree)
 
 
 def split_for_pmap(batch: Batch, eps: jax.Array, *, count: int):
     """``[B, ...] -> [count, B/count, ...]``: device ``d`` gets the ``d``-th block of rows."""
     return tuple(a.reshape(count, a.shape[0] // count, *a.shape[1:]) for a in (*batch, eps))
-
-
-def device_copies(plan: Plan, state: Any) -> Sequence[Any]:
-    """The copy of a placed state on each of this process's devices, as host arrays."""
-    if plan.mechanism == "none":
-        return [jax.device_get(state)]
-    leaves, treedef = jax.tree.flatten(state)
-    per_device = [[np.asarray(s.data) for s in leaf.addressable_shards] for leaf in leaves]
-    copies = []
-    for d in range(len(per_device[0])):
-        values = [shards[d] for shards in per_device]
-        if plan.mechanism == "pmap":
-            values = [v[0] for v in values]
-        copies.append(treedef.unflatten(values))
-    return copies

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cvae_rosetta.bench import evidence
+import evidence
+
+from cvae_rosetta.app.markdown import markdown_table
 from cvae_rosetta.bench.causes import (
     cause,
     fingerprint,
@@ -22,7 +24,6 @@ from cvae_rosetta.bench.markdown import (
     backend_name,
     impl_label,
     listed,
-    markdown_table,
     number,
     ratio,
 )

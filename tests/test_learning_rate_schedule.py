@@ -14,7 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from run_helpers import (
+from test_tensorboard import read_events
+
+from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import (
     TINY,
     TOTAL,
     assert_same_run,
@@ -25,10 +28,7 @@ from run_helpers import (
     tmp_of,
     wait_for,
 )
-from run_helpers import train as train_cli
-from test_tensorboard import read_events
-
-from cvae_rosetta.cli import main
+from cvae_rosetta.cli.tiny_runs import train as train_cli
 from cvae_rosetta.spec.config import Config, OptimConfig
 from cvae_rosetta.spec.errors import ConfigError
 from cvae_rosetta.spec.optim import (

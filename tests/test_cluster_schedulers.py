@@ -1,9 +1,9 @@
 """``--distributed`` on the schedulers people use: the cluster a scheduler's environment describes,
 joined with no coordinator flags, and one run folder for every process.
 
-- :func:`cvae_rosetta.app.schedulers.detect` reads SLURM's and Open MPI's environments as JAX's own
-  cluster detection reads them (the same coordinator, process count and id); flags given win,
-  field by field; without a scheduler the refusal says what was looked for.
+- :func:`cvae_rosetta.app.cluster.membership.detect` reads SLURM's and Open MPI's environments as
+  JAX's own cluster detection reads them (the same coordinator, process count and id); flags given
+  win, field by field; without a scheduler the refusal says what was looked for.
 - Two local processes given SLURM's environment, and two given Open MPI's, as each scheduler sets
   it, train with no coordinator flags and write parameters equal bit for bit to those of ``cvae
   launch --num-processes 2 -- train`` with the same arguments; a run stopped at ``--max-steps``
@@ -41,11 +41,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from run_helpers import WAIT, _group_alive, committed, outputs, tmp_of, wait_for
+from run_helpers import _group_alive, outputs
 
-from cvae_rosetta.app import checkpoint, distributed, schedulers
+from cvae_rosetta.app import checkpoint
+from cvae_rosetta.app.cluster import launch, membership
 from cvae_rosetta.cli import main
 from cvae_rosetta.cli.parser import build_parser
+from cvae_rosetta.cli.tiny_runs import WAIT, committed, tmp_of, wait_for
 from cvae_rosetta.spec.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,11 +78,11 @@ def open_mpi(job: int, rank: int) -> dict[str, str]:
 
 
 def free_job() -> int:
-    """A job id whose port (``schedulers.FIRST_PORT + job % PORTS``) is free now."""
-    for job in random.sample(range(schedulers.PORTS), 64):
+    """A job id whose port (``membership.FIRST_PORT + job % PORTS``) is free now."""
+    for job in random.sample(range(membership.PORTS), 64):
         with socket.socket() as probe:
             try:
-                probe.bind(("127.0.0.1", schedulers.FIRST_PORT + job))
+                probe.bind(("127.0.0.1", membership.FIRST_PORT + job))
             except OSError:
                 continue
             return job
@@ -100,12 +102,12 @@ def test_a_scheduler_s_cluster_is_read_as_jax_reads_it(monkeypatch, environ, clu
 
     module, name = cluster.split(".")
     jax_cluster = getattr(importlib.import_module(f"jax._src.clusters.{module}"), name)
-    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI]:
+    for key in [*membership.SLURM, *membership.OPEN_MPI]:
         monkeypatch.delenv(key, raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
     assert jax_cluster.is_env_present()
-    found = schedulers.detect()
+    found = membership.detect()
     assert found is not None
     assert found.coordinator == jax_cluster.get_coordinator_address(None, None)
     assert found.num_processes == jax_cluster.get_process_count() == 2
@@ -123,25 +125,25 @@ def test_a_scheduler_s_cluster_is_read_as_jax_reads_it(monkeypatch, environ, clu
     ],
 )
 def test_the_first_node_of_a_slurm_node_list(nodes, first):
-    assert schedulers.first_host(nodes) == first
+    assert membership.first_host(nodes) == first
 
 
 def test_no_scheduler_is_none_and_a_bad_value_is_named():
-    assert schedulers.detect({}) is None
-    assert schedulers.detect({"SLURM_JOB_ID": "5"}) is None  # incomplete: not SLURM's
+    assert membership.detect({}) is None
+    assert membership.detect({"SLURM_JOB_ID": "5"}) is None  # incomplete: not SLURM's
     with pytest.raises(ConfigError, match=r"^SLURM_NTASKS: expected a whole number .*'two'"):
-        schedulers.detect({**slurm(5, 0), "SLURM_NTASKS": "two"})
+        membership.detect({**slurm(5, 0), "SLURM_NTASKS": "two"})
     with pytest.raises(ConfigError, match=r"^coordinator: .* under Kubernetes"):
-        schedulers.detect({"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+        membership.detect({"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
 
 
 def test_flags_win_over_the_scheduler_field_by_field(monkeypatch):
     for key, value in slurm(1234, 1).items():
         monkeypatch.setenv(key, value)
-    place = distributed.place_from(distributed=True, process_id=0)
+    place = membership.place_from(distributed=True, process_id=0)
     assert (place.coordinator, place.num_processes, place.process_id) == ("localhost:62674", 2, 0)
     assert place.scheduler == "SLURM"
-    given = distributed.place_from(
+    given = membership.place_from(
         distributed=True, coordinator="10.0.0.1:1234", num_processes=3, process_id=2
     )
     assert (given.coordinator, given.num_processes, given.process_id, given.scheduler) == (
@@ -150,7 +152,7 @@ def test_flags_win_over_the_scheduler_field_by_field(monkeypatch):
 
 
 def test_without_a_scheduler_the_refusal_says_what_was_looked_for(monkeypatch, capsys, tmp_path):
-    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI, *schedulers.ELSEWHERE.values()]:
+    for key in [*membership.SLURM, *membership.OPEN_MPI, *membership.ELSEWHERE.values()]:
         monkeypatch.delenv(key, raising=False)
     out = tmp_path / "run"
     assert main(["train", "--distributed", *RUN, "--out", str(out)]) == 2
@@ -166,7 +168,7 @@ def test_print_config_says_which_scheduler_and_what_it_gave(monkeypatch, capsys)
         monkeypatch.setenv(key, value)
     assert main(["train", "--distributed", *RUN, "--print-config"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    port = schedulers.FIRST_PORT + 99  # job 99's (read as JAX reads it: the test above)
+    port = membership.FIRST_PORT + 99  # job 99's (read as JAX reads it: the test above)
     assert last == (
         f"# --distributed: process 1 of 2, coordinator 127.0.0.1:{port} (from Open MPI's "
         "environment)"
@@ -178,7 +180,7 @@ def test_print_config_says_which_scheduler_and_what_it_gave(monkeypatch, capsys)
 
 def run_as(environ: dict[str, str], args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **environ}
-    for key in [*schedulers.SLURM, *schedulers.OPEN_MPI]:
+    for key in [*membership.SLURM, *membership.OPEN_MPI]:
         if key not in environ:
             env.pop(key, None)
     command = [sys.executable, "-W", "error::DeprecationWarning", "-m", "cvae_rosetta.cli", *args]
@@ -198,7 +200,7 @@ def both(scheduler, args: list[str], cwds: tuple[Path, Path]) -> list[tuple[int,
         out, err = outputs(proc, WAIT)
         assert "Gloo" not in out, out
         STDOUT.append(out)
-        lines = [line for line in err.splitlines() if distributed.without_chatter(line)]
+        lines = [line for line in err.splitlines() if launch.without_chatter(line)]
         ended.append((proc.returncode, lines))
     return ended
 
@@ -322,7 +324,7 @@ def test_the_slurm_batch_script_submitted_again_resumes_the_run(launched, tmp_pa
     text, run = batch_script(tmp_path / "runs", [*RUN, "--checkpoint-every", "2"])
     script.write_text(text)
     env = {
-        **{k: v for k, v in os.environ.items() if k not in (*schedulers.SLURM, "VIRTUAL_ENV")},
+        **{k: v for k, v in os.environ.items() if k not in (*membership.SLURM, "VIRTUAL_ENV")},
         "HOME": str(home),
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "JAX_PLATFORMS": "cpu",
@@ -365,9 +367,9 @@ def test_an_out_the_processes_do_not_share_is_refused_before_anything_is_written
 
 
 def test_the_resume_command_under_a_scheduler_is_its_line_again(monkeypatch):
-    monkeypatch.delenv(distributed.LAUNCHED_ENV, raising=False)
-    place = distributed.Place("localhost:61440", 2, 0, "SLURM")
-    assert distributed.resume_command(place)("RUN") == (
+    monkeypatch.delenv(membership.LAUNCHED_ENV, raising=False)
+    place = membership.Place("localhost:61440", 2, 0, "SLURM")
+    assert membership.resume_command(place)("RUN") == (
         "cvae train --resume RUN --distributed (every process, started by SLURM as this job's were)"
     )
 
@@ -440,7 +442,7 @@ def test_the_mpirun_lines_run_stop_on_sigterm_and_resume(launched, tmp_path):
     run = tmp_path / "runs" / "mpi"
     assert f"--out {run}" in run_line and f"--resume {run} " in f"{resume_line} "
     env = {
-        **{k: v for k, v in os.environ.items() if k not in schedulers.OPEN_MPI},
+        **{k: v for k, v in os.environ.items() if k not in membership.OPEN_MPI},
         "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
         "JAX_PLATFORMS": "cpu",
     }

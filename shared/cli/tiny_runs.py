@@ -1,6 +1,9 @@
-"""Tiny runs to interrupt and resume, for ``fault_report.py`` and the checkpoint and fault tests
-(their ``run_helpers`` hands them on): ``cvae train`` on synthetic data (512 examples, batch 64: 8
-steps per epoch) with a model of 8 units, so that a subprocess spends its time starting up."""
+"""Tiny runs of ``cvae`` to interrupt and resume, for the fault sweep
+(``benchmarks/fault_report.py``) and the checkpoint and fault tests: ``cvae train`` on synthetic
+data (512 examples, batch 64: 8 steps per epoch) with a model of 8 units, so that a subprocess
+spends its time starting up; run in this process (:func:`train`) or in a new one (:func:`start`),
+signalled, killed or given a fault at a known point (:func:`injected`), and compared bit for bit
+with a run never interrupted (:func:`assert_same_run`)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from unittest import mock
 
 import numpy as np
 
-from cvae_rosetta.app import charts, checkpoint, evaluate, rundir
+from cvae_rosetta.app import charts, checkpoint, evaluate, rundir, runpictures
+from cvae_rosetta.app.metricslog import read_metrics
+from cvae_rosetta.app.paramsfile import flatten
 from cvae_rosetta.cli import main
 from cvae_rosetta.spec import protocol
 
@@ -41,7 +46,7 @@ def fast_outputs():
     with (
         mock.patch.object(evaluate, "evaluate", lambda *a, **k: {}),
         mock.patch.object(evaluate, "describe", lambda *a, **k: ""),
-        mock.patch.object(rundir, "write_pictures", lambda *a, **k: None),
+        mock.patch.object(runpictures, "write_pictures", lambda *a, **k: None),
         mock.patch.object(charts, "metric_panels", lambda *a, **k: None),
     ):
         yield
@@ -56,7 +61,7 @@ def train(*args: str, quiet: bool = False) -> int:
 
 def records(run_dir: Path) -> list[dict]:
     """metrics.jsonl without the wall-clock seconds (the only field that may differ)."""
-    metrics = rundir.read_metrics(run_dir / rundir.METRICS_FILE)
+    metrics = read_metrics(run_dir / rundir.METRICS_FILE)
     return [{k: v for k, v in record.items() if k != "seconds"} for record in metrics]
 
 
@@ -75,7 +80,7 @@ def last_recorded_step(run_dir: Path) -> int:
 def final_state(run_dir: Path, total: int = TOTAL) -> dict[str, np.ndarray]:
     latest = checkpoint.latest_of_run(run_dir)
     assert latest.step == total
-    return checkpoint.flatten(latest.state)
+    return flatten(latest.state)
 
 
 def assert_same_run(run_dir: Path, reference: Path, total: int = TOTAL) -> None:
@@ -267,11 +272,11 @@ def injected(where: str, action: str, *, times: int = 1) -> str:
 PHASES = {
     "start-up, before JAX": ("cvae_rosetta.app.cache:use", 1),
     "start-up": ("cvae_rosetta.app.train:fit_to_data", 1),
-    "the first compile": ("cvae_rosetta.app.trainer:epoch_step", 1),
+    "the first compile": ("cvae_rosetta.app.devices:RunDevices.epoch_step", 1),
     "an epoch": None,
     "a checkpoint save": ("cvae_rosetta.app.checkpoint:Saver.__call__", 2),
     "the evaluation": ("cvae_rosetta.app.evaluate:evaluate", 1),
-    "the pictures": ("cvae_rosetta.app.rundir:write_pictures", 1),
+    "the pictures": ("cvae_rosetta.app.runpictures:write_pictures", 1),
     "cvae export": ("cvae_rosetta.files:write_bytes", 2),  # after its first file, of several
 }
 

@@ -12,7 +12,8 @@ import datetime
 from collections import Counter
 from typing import Any
 
-from cvae_rosetta.bench.markdown import impl_label, markdown_table
+from cvae_rosetta.app.markdown import markdown_table
+from cvae_rosetta.bench.markdown import impl_label
 from cvae_rosetta.spec import registry
 
 # Haiku: its maintainers recommend Flax for new projects (its description on the registry)

@@ -1,0 +1,85 @@
+"""The generated blocks of ``docs/fast_step.md``, a page whose words are written by hand: the
+ranked ways to a faster step (:mod:`checklist`), which fast paths compile to one program, the scan
+against the loop, pure JAX's step written other ways, bfloat16, and each framework's own jit
+wrappers, each from every committed result that measured it, under the line that names its
+machine. The tables are the ones ``cvae bench``'s page shows
+(:mod:`cvae_rosetta.bench.sections`'s); ``benchmarks/render.py`` writes them
+(:mod:`benchmark_pages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from checklist import checklist
+
+from cvae_rosetta.bench.causes import programs
+from cvae_rosetta.bench.markdown import (
+    backend_name,
+    impl_label,
+    path_label,
+    write_between_markers,
+)
+from cvae_rosetta.bench.results import (
+    FAST,
+    SAME_AS_FAST,
+    batches_by_size,
+    impls_measured,
+    provenance,
+    scan_row,
+)
+from cvae_rosetta.bench.sections import (
+    compared,
+    precision_table,
+    techniques_table,
+    unrolls,
+    vs_fast,
+)
+
+FAST_STEP_FILE = "fast_step.md"  # words written by hand, its tables between fast-step markers
+
+
+def fast_step_blocks(result: dict[str, Any]) -> dict[str, list[str]]:
+    """The tables of ``docs/fast_step.md`` from one result: ``block -> lines`` (empty where the
+    result did not measure it)."""
+    impls = {i: impl_label(i) for i in impls_measured(result)}
+
+    def in_scan(batch, impl):
+        return (scan_row(batch, impl) or {}).get("vs_loop")
+
+    one = "one dispatch for the K steps instead of one a step"
+    dispatch = {shown: {b: one for b, _ in batches_by_size(result)} for shown in impls.values()}
+
+    groups = programs(result)
+    blocks = {
+        "checklist": checklist(result),
+        "programs": [groups] if groups else [],
+        "scan": [*compared(result, in_scan, impls, note=dispatch), *unrolls(result)],
+        "techniques": techniques_table(result),
+        "precision": precision_table(result),
+    }
+    for impl in ("flax_nnx", "equinox", "keras"):
+        labels = {
+            r["label"]: path_label(r)
+            for r in batches_by_size(result)[0][1]["paths"]
+            if r["impl"] == impl and r["path"] not in (FAST, SAME_AS_FAST)
+        }
+        blocks[impl] = compared(result, vs_fast, labels) if labels else []
+    return blocks
+
+
+def write_fast_step(results: Sequence[dict[str, Any]], doc: Path) -> None:
+    """Each block of ``doc`` (``<!-- fast-step:NAME:begin -->`` ... ``end``) filled with its
+    table from every result that measured it, each under the line that names its machine."""
+    blocks = [fast_step_blocks(result) for result in results]
+    for name in blocks[0] if blocks else ():
+        parts = [
+            f"On the {backend_name(result)} ({provenance(result)}):\n\n" + "\n".join(b[name])
+            for result, b in zip(results, blocks, strict=True)
+            if b[name]
+        ]
+        text = "\n".join(parts).rstrip() or "Not measured in the committed results."
+        begin, end = f"<!-- fast-step:{name}:begin -->", f"<!-- fast-step:{name}:end -->"
+        write_between_markers(doc, begin, end, text)
