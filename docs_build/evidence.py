@@ -218,8 +218,11 @@ def versions_table(record: dict) -> str:
         "it) with the newest JAX that Python, the release and this project "
         f"({record['project_jax']}) accept: jax 0.10.2 on 3.11, the newest on 3.12 (each "
         "release's own below); the implementation file unchanged, its suite run to its first "
-        "failure. Not tried: the release does not import beside that JAX, or the suite did not "
-        "start with it.\n\n" + '??? note "Every release tried"\n\n' + "\n".join(every) + "\n"
+        "failure. Not tried: the style's module of the release (`flax.nnx` for Flax NNX) does not "
+        "import beside that JAX, or the suite did not start with it.\n\n"
+        + '??? note "Every release tried"\n\n'
+        + "\n".join(every)
+        + "\n"
     )
 
 

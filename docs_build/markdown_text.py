@@ -1,6 +1,6 @@
 """The Markdown of the pages as the docs build reads and writes it: the text outside fenced code
-blocks, a code fence longer than what it holds, a page's title, a sentence's capital (a table is
-:func:`cvae_rosetta.app.markdown.markdown_table`)."""
+blocks, a code fence longer than what it holds, a page's title, a sentence's capital (the
+generated blocks' tables are :func:`cvae_rosetta.app.markdown.markdown_table`'s)."""
 
 from __future__ import annotations
 

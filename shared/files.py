@@ -1,5 +1,6 @@
 """Atomic writes that respect the umask: the way this project writes a file or a directory (but
-inside folders committed or removed whole: a checkpoint's ``cvae_files.json``, a run's token).
+a checkpoint's ``cvae_files.json``, inside a folder Orbax's rename commits, and a run's token,
+written into ``--out`` and deleted once every process has seen it).
 
 :func:`atomic_write` writes to a temporary file in the target's own directory, flushes and
 ``fsync``s it, renames it over the target with ``os.replace`` and then ``fsync``s the directory

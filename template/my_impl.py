@@ -10,8 +10,9 @@ The file has the sections every implementation in ``impls/`` has, in the same or
 train_step, fast_path, paths, adapter. What you write is the framework code of the first three (the
 model, its parameters, its forward pass). The rest is written for you on top of them with the
 project's shared code (``shared/``): the loss, the optimiser, the train state, and the ``Adapter``
-that turns your functions into the protocol the suite and ``cvae train`` use. It validates every
-input and draws the step noise, so your functions never see a bad batch or a key.
+that turns your functions into the protocol the suite and ``cvae train`` use. It checks every
+input's structure, shapes and dtypes (its values where a call is not traced) and draws the step
+noise, so your functions never get a key, nor a batch of the wrong structure, shape or dtype.
 
 The contract is the spec (``docs/spec.md``); the sections below quote what they need of it.
 ``impls/pure_jax.py`` is a complete example of every section.

@@ -49,13 +49,13 @@ import numpy as np
 from cvae_rosetta import files
 from cvae_rosetta.app.paramsfile import flatten, unflatten_params
 from cvae_rosetta.app.run import DEFAULT_KEEP, Position, Progress, RunKeys
+from cvae_rosetta.app.rundir import CHECKPOINT_DIR
 from cvae_rosetta.app.trainstate import canonical_state, check_state_tree
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import CheckpointError, ConfigError, ParameterError
 
 FORMAT = "cvae-rosetta checkpoint"
 VERSION = 1
-CHECKPOINT_DIR = "checkpoints"
 FILES = "cvae_files.json"  # written into every checkpoint just before its commit
 ORBAX_FILES = ("_CHECKPOINT_METADATA", "commit_success.txt")  # Orbax writes them at the commit
 # A test hook: "N:SECONDS" makes the N-th save of the process sleep for SECONDS just before its

@@ -1,6 +1,7 @@
-"""The Markdown table every page the project writes is written with: ``cvae compare``'s
-``summary.md``, ``cvae bench``'s ``bench.md``, and the tables the docs build and the benchmark
-scripts put into the docs. It imports nothing, so the docs build reads it without JAX.
+"""The Markdown table of ``cvae compare``'s ``summary.md``, ``cvae bench``'s ``bench.md``, the
+benchmark scripts' tables and most of the docs build's (the versions table, the refusals table,
+the whole check's cost and the suite's page of catches write their own rows). It imports
+nothing, so the docs build reads it without JAX.
 """
 
 from __future__ import annotations

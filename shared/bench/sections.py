@@ -213,7 +213,8 @@ def _calling(
     """Why a per-call ratio differs from 1 where the compiled step cannot explain it (its device
     time within noise, or beyond noise the other way): the cost of calling the step (the empty
     step's) where it goes the same way and makes up at least half of the difference of the
-    medians, else neither the step nor calling it."""
+    medians; the share it makes up where it goes the same way but less; else neither the step nor
+    calling it."""
     step = (
         f"device time {ratio(device)}, the other way"
         if differs(device)
@@ -229,10 +230,12 @@ def _calling(
     if gap * extra > 0 and abs(extra) >= abs(gap) / 2:
         return f"{step}, {costs}: the difference is in calling the step"
     machine = " on a loaded machine" if loaded(result) else ""
-    return (
-        f"{step} and {costs}: not a difference of the step or of calling it; what is left is how "
-        f"the rounds ran{machine}, which this run cannot take apart"
-    )
+    rest = f"what is left is how the rounds ran{machine}, which this run cannot take apart"
+    if gap * extra > 0:
+        share = f"{abs(extra) / abs(gap):.0%} of the difference"
+        told = f"{number(abs(extra))} of {number(abs(gap))} µs"
+        return f"{step} and {costs}: calling it makes up {share} ({told}); {rest}"
+    return f"{step} and {costs}: not a difference of the step or of calling it; {rest}"
 
 
 def unrolls(result: dict[str, Any]) -> list[str]:
@@ -522,8 +525,8 @@ def _techniques(result: dict[str, Any], h: str) -> list[str]:
         f"{h} Pure JAX's step, written other ways",
         "Pure JAX's step against its fast path, per call and as one `lax.scan` (device time), with "
         "its bytes per step (and their share of the spec's minimum), fusions and transposes; the "
-        "fast path's own times in its row. The docs' page *Making the step fast* reads them style "
-        "by style.",
+        "fast path's own times in its row. The docs' page *Making the step fast* explains each row "
+        "and the styles it applies to.",
         *body,
     )
 
