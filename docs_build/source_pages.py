@@ -1,6 +1,7 @@
-"""Source files as pages: every repository file the pages name gets a page of its own
-(``source/FILE.md``, generated), that shows it whole with line numbers and lists its marked
-sections; inline code naming such a file links to its page (:func:`link_sources`)."""
+"""Source files as pages: every repository source file the pages name (Python, TOML, INI, YAML or
+shell: :data:`SOURCE_SUFFIXES`) gets a page of its own (``source/FILE.md``, generated), that shows
+it whole with line numbers and lists its marked sections; inline code naming such a file links to
+its page (:func:`link_sources`)."""
 
 from __future__ import annotations
 
