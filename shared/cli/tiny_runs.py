@@ -327,7 +327,9 @@ def second_writer(holder: subprocess.Popen, run_dir: Path, *args: str) -> tuple[
     meanwhile: exit status, stderr, and whether every file but the lock is as it was."""
     holder.send_signal(signal.SIGSTOP)
     try:
-        _wait_stopped(holder.pid)  # its threads' writes in flight (Orbax's) end before the snapshot
+        # a SIGSTOP is only sent when send_signal returns: the writes its threads have in flight
+        # (Orbax's) end before the snapshot
+        wait_for(holder, lambda: _stopped(holder.pid), "the writer to stop on SIGSTOP")
         before = snapshot(run_dir)
         printed = io.StringIO()
         with contextlib.redirect_stderr(printed):
@@ -337,25 +339,17 @@ def second_writer(holder: subprocess.Popen, run_dir: Path, *args: str) -> tuple[
         holder.send_signal(signal.SIGCONT)
 
 
-def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
-    """Wait until every thread of process ``pid`` is stopped (``T`` in ``/proc``): a SIGSTOP is
-    only sent when ``send_signal`` returns. Where there is no ``/proc``, return at once."""
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (``T`` in ``/proc``); where there is no
+    ``/proc``, taken as stopped."""
     tasks = Path(f"/proc/{pid}/task")
-    if not tasks.is_dir():
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            states = [
-                (task / "stat").read_text().rpartition(")")[2].split()[0]
-                for task in tasks.iterdir()
-            ]
-        except OSError:  # a thread ended while it was read
-            continue
-        if all(state in "Tt" for state in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
+    try:
+        return not tasks.is_dir() or all(
+            (task / "stat").read_text().rpartition(")")[2].split()[0] in "Tt"
+            for task in tasks.iterdir()
+        )
+    except OSError:  # a thread ended while it was read
+        return False
 
 
 # a run of two processes under jax.distributed, one device each, long enough to be signalled
