@@ -16,8 +16,8 @@ steps and the changed behaviour is tested against the float64 reference computed
 removed and the places touched: the files, and the functions and classes whose lines changed
 (``module`` for lines outside any). The result file, ``benchmarks/results/change_cost.json``,
 keeps each patch's counts and its check's outcome; ``--render`` writes its table into
-docs/choosing.md. ``tests/test_change_cost.py`` checks that every patch still applies, so a change
-to an implementation that breaks one fails CI until the patch is made again (``edit``, then
+docs/choosing.md. ``tests/test_choosing_evidence.py`` checks that every patch still applies, so a
+change to an implementation that breaks one fails CI until the patch is made again (``edit``, then
 ``save``).
 
 Writing a patch (``edit CHANGE IMPL``, change the copy under ``build/changes/``, ``save``):

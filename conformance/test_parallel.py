@@ -3,8 +3,9 @@
 
 A data-parallel step on a global batch must compute the serial step on that batch: the same
 parameters, optimiser state and step count, the same metrics, after one step and after ten, with
-the state identical on every device. The device counts are those JAX sees: one on a plain CPU, all
-four in the ``multidevice`` tox environment, which forces eight host devices before JAX starts.
+the state identical on every device. The device counts are those JAX sees: one on a plain CPU (each
+implementation's tox environment), two, four and eight in the ``multidevice`` one, which forces
+eight host devices before JAX starts (and leaves out the cases on one device).
 ``pmap`` and ``shard_map`` need the implementation's ``grads_fn``; without it they are reported as
 not applicable.
 """

@@ -215,9 +215,10 @@ def variation(where: str) -> str:
     where: pure JAX's program in the runs ``where`` (:func:`fingerprinted_runs`), which recorded
     fingerprints, and only its counts in this run, which recorded none."""
     return (
-        f"pure JAX's very program, by their fingerprints, at every batch size of {where}; this "
-        "run recorded no fingerprint, and here its program has pure JAX's counts: taken for the "
-        "machine's variation between rounds, not a difference of the step"
+        "this run recorded no fingerprint: here its program has pure JAX's counts (and it was pure "
+        f"JAX's very program, by their fingerprints, at every batch size of {where}, compiled "
+        "for another machine): taken for the machine's variation between rounds, not a "
+        "difference of the step"
     )
 
 
@@ -333,10 +334,11 @@ def _parallel_reason(result: dict[str, Any]) -> str:
     if not rows:
         return f"**{name}**: only pure JAX measured under data parallelism ({mechanisms} on {on})"
     apart = [r for r in rows if differs(r["vs_pure_jax"]["step"])]
+    note = data.get("note")
     text = (
         f"**{name}**, per step against pure JAX under the same mechanism and device count "
-        f"({mechanisms} on {on}): the other styles within noise in {len(rows) - len(apart)} of "
-        f"{len(rows)} cases"
+        f"({mechanisms} on {on}{f'; {note}' if note else ''}): the other styles within noise in "
+        f"{len(rows) - len(apart)} of {len(rows)} cases"
     )
     if apart:
         text += "; " + "; ".join(
@@ -344,8 +346,7 @@ def _parallel_reason(result: dict[str, Any]) -> str:
             f"{ratio(r['vs_pure_jax']['step'])}"
             for r in apart
         )
-    note = data.get("note")
-    return text + (f" ({note})" if note else "")
+    return text
 
 
 def _maintained(impl: str, maintenance: dict | None) -> str:

@@ -8,17 +8,19 @@ joined with no coordinator flags, and one run folder for every process.
   it, train with no coordinator flags and write parameters equal bit for bit to those of ``cvae
   launch --num-processes 2 -- train`` with the same arguments; a run stopped at ``--max-steps``
   and resumed under SLURM ends bit for bit as the uninterrupted one.
-- docs/clusters.md's SLURM batch script, run as written (a simulated ``srun``) and stopped by
+- docs/clusters.md's SLURM batch script, run as written but for what a user edits (a simulated
+  ``srun``, the folder of runs and a short run's training flags) and stopped by
   SIGTERM, then submitted again as a new job, resumes the run and ends bit for bit as the
   uninterrupted one.
-- docs/clusters.md's two mpirun lines, run as written (a simulated ``mpirun`` of two ranks), are
+- docs/clusters.md's two mpirun lines, run as written but for their size (a simulated ``mpirun``
+  of two ranks, ``--devices 2``, a short run's flags), are
   stopped by a SIGTERM mpirun passes on, then resumed, ending bit for bit as the uninterrupted run;
-  its JobSet, read as Kubernetes reads it, gives the run what it needs (a coordinator that pod 0's
+  its JobSet, parsed as YAML, gives the run what it needs (a coordinator that pod 0's
   host name and port reach, one pod per process with its index as process id, a shared volume for
   ``--out``, no pod restarted alone, a grace period of its own), and ``cvae`` parses its command and
   the resumed one.
-- Two processes whose relative ``--out`` resolves to different folders stop before training, one
-  line each, status 2, nothing written.
+- Two processes whose relative ``--out`` resolves to different folders stop before training, each
+  with its joining line and one line of refusal, status 2, nothing written.
 
 The tests that start processes are marked ``faults`` (``tox -e faults``), beside the other runs of
 several processes; the rest run in ``unit``.

@@ -1,4 +1,5 @@
-"""Model surgery: replace a trained layer by a LoRA layer around it, then train only the adapter.
+"""Model surgery: replace a layer (a trained one, in practice; freshly initialised here) by a LoRA
+layer around it, then train only the adapter.
 
 The same two-layer network in each framework, ``Linear(4, 8) -> ReLU -> Linear(8, 2)``. Its first
 layer becomes ``x @ (W + A @ B) + b`` with ``A: [4, 2]`` drawn at random and ``B: [2, 8]`` zero,

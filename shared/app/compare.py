@@ -52,7 +52,7 @@ from cvae_rosetta.app.run import (
     Outcome,
     RunKeys,
 )
-from cvae_rosetta.app.rundir import save_config
+from cvae_rosetta.app.rundir import METRICS_FILE, save_config
 from cvae_rosetta.app.runlock import RunLock
 from cvae_rosetta.app.runner import Into, train_into
 from cvae_rosetta.app.runpictures import write_pictures
@@ -369,7 +369,7 @@ def _finish_one(
 def finished_outcome(run_dir: Path, name: str, config: Config, dataset: Dataset) -> Outcome:
     """An implementation a stopped comparison finished, as its folder holds it."""
     row = json.loads((run_dir / ROW_FILE).read_text())
-    records = read_metrics(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir / METRICS_FILE)
     params = flatten_params(load_params(run_dir / evaluate.PARAMS_FILE))
     return Outcome(run_dir, name, dataset.name, config, None, row, records=records, params=params)
 

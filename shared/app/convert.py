@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from cvae_rosetta import files
+from cvae_rosetta.app import rundir
 from cvae_rosetta.app.checkpoint import (
     FORMAT,
     VERSION,
@@ -74,7 +75,7 @@ def convert(
             raise CheckpointError(
                 f"step: expected a run with checkpoints, got {path}, which has none"
             )
-        params_file = path / "params.npz"
+        params_file = path / rundir.PARAMS_FILE
         if not params_file.is_file():
             raise CheckpointError(
                 f"run_dir: expected checkpoints or params.npz in {path}, got neither"
@@ -89,7 +90,7 @@ def convert(
             "config": config.to_dict(),
             "params_only": True,  # no optimiser state: the run kept none
             "arrays": {name: array_digest(a) for name, a in flat.items()},
-            "source": {"run": str(path), "params": "params.npz"},
+            "source": {"run": str(path), "params": rundir.PARAMS_FILE},
         }
     write_npz(out, flat, meta)
     return out, meta

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae_rosetta import files
+from cvae_rosetta.app import rundir
 from cvae_rosetta.spec import canonical
 from cvae_rosetta.spec.config import Config
 from cvae_rosetta.spec.errors import ConfigError, ParameterError
@@ -59,7 +60,7 @@ def load_trained(run_dir: Any, impl_name: str | None = None) -> Trained:
         params, step = found.state["params"], found.step
         source = str(checkpoint.checkpoints_of(path) / str(step))
     else:
-        params_file = path / "params.npz"
+        params_file = path / rundir.PARAMS_FILE
         if not params_file.is_file():
             raise ParameterError(
                 f"run_dir: expected checkpoints or params.npz in {path} (cvae train writes them), "

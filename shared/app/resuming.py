@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cvae_rosetta import files
+from cvae_rosetta.app import rundir
 from cvae_rosetta.app.checkpoint import Checkpoint, Checkpoints, checkpoints_of, data_fingerprint
 from cvae_rosetta.app.data import batches_per_epoch
 from cvae_rosetta.app.run import Record
@@ -61,7 +62,7 @@ def read_run(directory: Any, *, flag: str = "run_dir") -> tuple[Path, dict[str, 
         raise CheckpointError(
             f"{flag}: expected a run directory of cvae train, got {path}, which {state}"
         )
-    marker = path / "config.json"
+    marker = path / rundir.CONFIG_FILE
     try:
         data = json.loads(marker.read_text())
     except FileNotFoundError:
@@ -203,7 +204,7 @@ class Resume:
         return self._records()
 
     def _records(self) -> list[Record]:
-        path = self.directory / "metrics.jsonl"
+        path = self.directory / rundir.METRICS_FILE
         wanted = self.checkpoint.progress.records
         records = []
         try:
@@ -236,11 +237,11 @@ class Resume:
             aside.mkdir(exist_ok=True)
             target = aside / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
             shutil.move(str(checkpoints_of(self.directory) / str(step)), str(target))
-        path = self.directory / "metrics.jsonl"
+        path = self.directory / rundir.METRICS_FILE
         files.write_text(path, "".join(json.dumps(r) + "\n" for r in records))
         resumes = list(self.run.get("resumes", []))
         resumes.append(
             {"step": self.checkpoint.step, "impl": impl_name, "from": self.checkpoint.impl}
         )
         data = {**self.run, "impl": impl_name, "config": config.to_dict(), "resumes": resumes}
-        files.write_json(self.directory / "config.json", data)
+        files.write_json(self.directory / rundir.CONFIG_FILE, data)

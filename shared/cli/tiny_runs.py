@@ -1,9 +1,9 @@
-"""Tiny runs of ``cvae`` to interrupt and resume, for the fault sweep
-(``benchmarks/fault_report.py``) and the checkpoint and fault tests: ``cvae train`` on synthetic
-data (512 examples, batch 64: 8 steps per epoch) with a model of 8 units, so that a subprocess
-spends its time starting up; run in this process (:func:`train`) or in a new one (:func:`start`),
-signalled, killed or given a fault at a known point (:func:`injected`), and compared bit for bit
-with a run never interrupted (:func:`assert_same_run`)."""
+"""Tiny runs of ``cvae`` to interrupt and resume, or only to have a run, for the fault sweep
+(``benchmarks/fault_report.py``) and the tests of runs (checkpoints, faults, resuming, export):
+``cvae train`` on synthetic data (512 examples, batch 64: 8 steps per epoch) with a model of 8
+units, so that a subprocess spends its time starting up; run in this process (:func:`train`) or in
+a new one (:func:`start`), signalled, killed or given a fault at a known point (:func:`injected`),
+and compared bit for bit with a run never interrupted (:func:`assert_same_run`)."""
 
 from __future__ import annotations
 
