@@ -80,7 +80,7 @@ def _dispatch_note(result: dict[str, Any], impl: str):
     sized = dict(batches_by_size(result))
 
     def told(batch_sizes: list[int]) -> str:
-        one = "one dispatch for the K steps instead of one a step"
+        one = "fewer dispatches, one for the K steps instead of one a step"
         parts, rest = [], False
         for b in batch_sizes:
             call, scan = fast_row(sized[b], impl), scan_row(sized[b], impl)
@@ -89,10 +89,12 @@ def _dispatch_note(result: dict[str, Any], impl: str):
             if empty is None or saved is None or saved <= 0:
                 return one
             rest = rest or empty < saved
-            share = "all" if empty >= saved else f"{100 * empty / saved:.0f}%"
-            parts.append(f"{share} at batch {b} ({number(saved)} µs)")
-        parts[0] = parts[0].replace(" at batch", " of the time saved a step at batch", 1)
-        said = f"{one}: an empty step's call makes up {', '.join(parts)}"
+            if empty < saved:
+                parts.append(f"{100 * empty / saved:.0f}% of the {number(saved)} µs")
+            else:
+                parts.append(f"no less than the {number(saved)} µs ({number(empty)} µs)")
+            parts[-1] += f" saved a step at batch {b}"
+        said = f"{one}: an empty step's call is {', '.join(parts)}"
         return said + ("; the rest is not taken apart here" if rest else "")
 
     return told

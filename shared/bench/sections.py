@@ -192,10 +192,10 @@ def _dispatch_share(result: dict[str, Any]) -> str:
             call = row["step_us"]["median"]
             said.append(f"{number(empty['median'])} µs of its {number(call)} µs at batch {b}")
     if not said:
-        return "This adds each call's dispatch."
+        return "This adds what calling the step from Python costs."
     return (
-        "This adds each call's dispatch: an empty step (a call that computes nothing, below) "
-        f"took, for pure JAX, {' and '.join(said)}."
+        "This adds what calling the step from Python costs, of which one call of an empty step (a "
+        f"call that computes nothing, below) took, for pure JAX, {' and '.join(said)}."
     )
 
 
@@ -230,7 +230,7 @@ def _calling(
     if gap * extra > 0 and abs(extra) >= abs(gap) / 2:
         return f"{step}, {costs}: the difference is in calling the step"
     machine = " on a loaded machine" if loaded(result) else ""
-    rest = f"what is left is how the rounds ran{machine}, which this run cannot take apart"
+    rest = f"what is left, this run does not take apart{f' (it ran{machine})' if machine else ''}"
     if gap * extra > 0:
         share = f"{abs(extra) / abs(gap):.0%} of the difference"
         told = f"{number(abs(extra))} of {number(abs(gap))} µs"
