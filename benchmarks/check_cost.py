@@ -137,9 +137,9 @@ def table(data: dict, *, with_purpose: bool = False) -> str:
 def block(data: dict) -> str:
     """What goes between the page's markers."""
     return (
-        "Measured by `python benchmarks/check_cost.py record` from `bash .ci/run` on a fresh "
-        f"clone ({data['cores']} CPU cores, {data['date']}); setup is creating the environment and "
-        f"installing into it.\n\n{table(data, with_purpose=True)}"
+        "Measured by `python benchmarks/check_cost.py record .tox/ci-output.log` from "
+        f"`bash .ci/run` on a fresh clone ({data['cores']} CPU cores, {data['date']}); setup is "
+        f"creating the environment and installing into it.\n\n{table(data, with_purpose=True)}"
     )
 
 
