@@ -497,9 +497,9 @@ def test_what_calling_adds_is_said_from_the_empty_step_at_both_ends(tmp_path):
     the small batches" whatever the figures."""
     performance, _ = pages(summarize(synthetic()), tmp_path)
     assert (
-        "This adds what calling the step from Python costs, of which one call of an empty step "
-        "(a call that computes nothing, below) took, for pure JAX, 40.0 µs of its 100 µs at batch "
-        "8 and 41.0 µs of its 1,000 µs at batch 256."
+        "This adds what calling the step from Python costs; one call of an empty step (a call "
+        "that computes nothing, below) took, for pure JAX, 40.0 µs of its 100 µs at batch 8 and "
+        "41.0 µs of its 1,000 µs at batch 256."
     ) in performance
 
 

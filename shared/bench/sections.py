@@ -194,8 +194,8 @@ def _dispatch_share(result: dict[str, Any]) -> str:
     if not said:
         return "This adds what calling the step from Python costs."
     return (
-        "This adds what calling the step from Python costs, of which one call of an empty step (a "
-        f"call that computes nothing, below) took, for pure JAX, {' and '.join(said)}."
+        "This adds what calling the step from Python costs; one call of an empty step (a call "
+        f"that computes nothing, below) took, for pure JAX, {' and '.join(said)}."
     )
 
 
